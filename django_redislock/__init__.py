@@ -1,0 +1,30 @@
+"""Correct, fast, observable distributed locks for Django and Celery on Redis.
+
+The public API::
+
+    from django_redislock import locks, Lock, LockNotAcquired
+
+    with locks.lock("report:42", ttl=30, timeout=10) as held:
+        held.fencing_token
+
+Everything not listed in ``__all__`` is private or documented as advanced.
+"""
+
+from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
+from .info import LockInfo
+from .lock import Lock
+from .manager import LockManager, locks
+
+__all__ = [
+    "Lock",
+    "LockBackendError",
+    "LockError",
+    "LockInfo",
+    "LockLost",
+    "LockManager",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "locks",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,85 @@
+"""System checks: is the lock backend usable and safe?
+
+* ``django_redislock.E001`` the cache alias does not exist or is not a Redis cache.
+* ``django_redislock.E002`` a ``REDISLOCK_*`` setting has an invalid value.
+* ``django_redislock.W001`` Redis could not be reached.
+* ``django_redislock.W002`` Redis may evict lock keys (``maxmemory`` with a policy
+  other than ``noeviction``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import RedisError
+
+from .conf import get_setting
+from .connection import resolve_client
+from .keys import KeySpace, validate_seconds
+
+
+@checks.register("django_redislock")
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Check the REDISLOCK_* values and that the backend is a Redis cache."""
+    errors: list[checks.CheckMessage] = []
+    for name in ("REDISLOCK_DEFAULT_TTL", "REDISLOCK_FENCE_RETENTION"):
+        try:
+            validate_seconds(get_setting(name), name)
+        except (TypeError, ValueError) as exc:
+            errors.append(checks.Error(str(exc), id="django_redislock.E002"))
+    try:
+        KeySpace(get_setting("REDISLOCK_KEY_PREFIX"))
+    except ValueError as exc:
+        errors.append(checks.Error(str(exc), id="django_redislock.E002"))
+    try:
+        resolve_client()
+    except ImproperlyConfigured as exc:
+        errors.append(
+            checks.Error(
+                str(exc),
+                hint="Locks need Redis: django-redis's RedisCache, Django's "
+                "django.core.cache.backends.redis.RedisCache, or REDISLOCK_URL.",
+                id="django_redislock.E001",
+            )
+        )
+    return errors
+
+
+@checks.register("django_redislock", "database")
+def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Warn when Redis is unreachable or configured to evict keys."""
+    try:
+        client = resolve_client()
+    except ImproperlyConfigured:
+        return []  # reported by check_settings
+    try:
+        memory = client.config_get("maxmemory*")
+    except RedisError as exc:
+        if "unknown command" in str(exc).lower() or "no permission" in str(exc).lower():
+            return []  # CONFIG is disabled (managed Redis): nothing to inspect
+        return [
+            checks.Warning(
+                f"Redis for locks could not be reached: {exc}",
+                hint="Check REDISLOCK_CACHE / REDISLOCK_URL and that Redis is running.",
+                id="django_redislock.W001",
+            )
+        ]
+    values = {_text(k): _text(v) for k, v in memory.items()}
+    policy = values.get("maxmemory-policy", "noeviction")
+    if int(values.get("maxmemory") or 0) > 0 and policy != "noeviction":
+        return [
+            checks.Warning(
+                f"Redis has maxmemory set with maxmemory-policy {policy!r}: under memory "
+                "pressure it may evict lock keys, and an evicted lock is silently free.",
+                hint="Use maxmemory-policy noeviction on the Redis that holds locks, or "
+                "point REDISLOCK_URL at a Redis that does not evict.",
+                id="django_redislock.W002",
+            )
+        ]
+    return []
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

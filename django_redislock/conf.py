@@ -1,0 +1,40 @@
+"""The ``REDISLOCK_*`` settings, their defaults, and lazy access to them.
+
+Settings are read from ``django.conf.settings`` every time they are needed, so
+``override_settings`` works in tests. Values are validated where they are used
+and by the system checks in :mod:`django_redislock.checks`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+
+#: Every setting this package reads, with its default.
+DEFAULTS: dict[str, Any] = {
+    # Which Django cache alias's Redis client to reuse.
+    "REDISLOCK_CACHE": "default",
+    # A redis:// URL to use instead of a cache alias (the escape hatch).
+    "REDISLOCK_URL": None,
+    # First component of every Redis key this package writes.
+    "REDISLOCK_KEY_PREFIX": "redislock",
+    # Default lease, in seconds.
+    "REDISLOCK_DEFAULT_TTL": 30.0,
+    # Whether held locks are renewed by the per-process watchdog by default.
+    "REDISLOCK_AUTO_RENEW": True,
+    # Whether leaving a ``with`` block whose lock was lost raises LockLost.
+    "REDISLOCK_RAISE_ON_LOST": True,
+    # How long (seconds) the per-name fencing counter is kept after its last use.
+    "REDISLOCK_FENCE_RETENTION": 86400,
+    # Cache aliases of independent Redis masters for quorum locks (reserved).
+    "REDISLOCK_REDLOCK_CACHES": [],
+}
+
+#: Longest lock name accepted, in characters.
+MAX_NAME_LENGTH = 1024
+
+
+def get_setting(name: str) -> Any:
+    """Return the current value of the ``REDISLOCK_*`` setting *name*, or its default."""
+    return getattr(django_settings, name, DEFAULTS[name])

@@ -1,0 +1,43 @@
+"""Exceptions raised by django-redislock.
+
+Every error the package raises on purpose derives from :class:`LockError`, so
+``except LockError`` catches all of them. Invalid arguments (an empty lock name,
+a negative TTL, ...) raise the built-in :class:`ValueError` / :class:`TypeError`
+instead: they are programming errors, not lock outcomes.
+"""
+
+from __future__ import annotations
+
+
+class LockError(Exception):
+    """Base class of every lock error. ``name`` is the lock's name when known."""
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class LockNotAcquired(LockError):
+    """The lock is held by someone else and could not be acquired in time."""
+
+
+class LockNotOwned(LockError):
+    """A release, extend or renewal was attempted by an owner that does not hold the lock.
+
+    Nothing was changed in Redis.
+    """
+
+
+class LockLost(LockError):
+    """A held lock was lost: its lease expired, or it was force-released or taken over.
+
+    Raised when leaving a ``with`` block whose lock was lost while the block ran
+    (unless ``raise_on_lost=False``).
+    """
+
+
+class LockBackendError(LockError):
+    """Redis could not be reached, timed out, or answered with an error.
+
+    The original exception is chained as ``__cause__``.
+    """

@@ -1,0 +1,74 @@
+"""Who owns a lock: random owner tokens per process, thread and asyncio task.
+
+An owner token is ``<process token>:<local token>``. The process token is
+regenerated in a child after ``os.fork()``, so a forked child never passes for
+its parent's owner. The local token belongs to the running asyncio task when
+there is one (tasks on one event loop must not share ownership, so identity is
+keyed by the task object itself rather than a context variable a child task
+would inherit), otherwise to the current thread. Tokens come from ``secrets``:
+they reveal nothing about the host and cannot be guessed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import threading
+import weakref
+from typing import Callable
+
+_process_token = secrets.token_hex(8)
+_thread_state = threading.local()
+_task_tokens: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.WeakKeyDictionary()
+_task_tokens_lock = threading.Lock()
+_fork_hooks: list[Callable[[], None]] = []
+
+HOSTNAME = socket.gethostname()
+
+
+def new_token() -> str:
+    """A fresh random token (128 bits, hex)."""
+    return secrets.token_hex(16)
+
+
+def process_token() -> str:
+    """This process's random token (a new one after fork)."""
+    return _process_token
+
+
+def current_owner() -> str:
+    """The owner token of the running asyncio task, or else of the current thread."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    if task is not None:
+        token = _task_tokens.get(task)
+        if token is None:
+            with _task_tokens_lock:
+                token = _task_tokens.setdefault(task, secrets.token_hex(8))
+        return f"{_process_token}:t{token}"
+    token = getattr(_thread_state, "token", None)
+    if token is None or token[0] != _process_token:
+        token = (_process_token, f"{_process_token}:{secrets.token_hex(8)}")
+        _thread_state.token = token
+    return token[1]
+
+
+def on_fork_in_child(hook: Callable[[], None]) -> None:
+    """Register *hook* to run in a child process right after ``os.fork()``."""
+    _fork_hooks.append(hook)
+
+
+def _after_fork_in_child() -> None:
+    global _process_token, _task_tokens_lock
+    _process_token = secrets.token_hex(8)
+    _task_tokens_lock = threading.Lock()
+    for hook in _fork_hooks:
+        hook()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,126 @@
+"""Validation of lock names and the Redis key layout.
+
+One lock uses these keys, all sharing the Redis Cluster hash tag ``{<name>}`` so
+every script touches a single slot:
+
+* ``<prefix>:{<name>}`` -- a hash: the lock itself (owner, count, fence, ...).
+* ``<prefix>:fence:{<name>}`` -- a hash: the last fencing token and the last
+  release nonce; kept for ``REDISLOCK_FENCE_RETENTION`` seconds after use.
+* ``<prefix>:queue:{<name>}`` -- a list: waiting owners in arrival order.
+* ``<prefix>:waiters:{<name>}`` -- a hash: each waiting owner's entry.
+
+Redis takes the hash tag from the first ``{`` up to the first ``}`` after it. A
+name starting with ``}`` (or with the escape character) would give an empty tag,
+so such names get a leading escape character in the key; the mapping stays
+one-to-one and prefix searches apply the same rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .conf import MAX_NAME_LENGTH
+
+_ESCAPE = "\\"
+_GLOB_SPECIAL = set("*?[]\\")
+
+
+def validate_name(name: object) -> str:
+    """Return *name* if it is a usable lock name, else raise TypeError/ValueError."""
+    if not isinstance(name, str):
+        raise TypeError(f"lock name must be a str, not {type(name).__name__}")
+    if not name:
+        raise ValueError("lock name must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"lock name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"lock name cannot be encoded as UTF-8: {exc}") from None
+    return name
+
+
+def validate_seconds(value: object, what: str) -> float:
+    """Return *value* as positive finite seconds, or raise TypeError/ValueError naming *what*."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def to_millis(seconds: float, what: str) -> int:
+    """Convert positive *seconds* to whole milliseconds (at least 1)."""
+    ms = int(round(seconds * 1000))
+    if ms < 1:
+        raise ValueError(f"{what} must be at least 1 ms, got {seconds!r} s")
+    return ms
+
+
+def _tag_part(name: str) -> str:
+    if name.startswith(("}", _ESCAPE)):
+        return _ESCAPE + name
+    return name
+
+
+def glob_escape(text: str) -> str:
+    """Escape *text* so it matches itself literally in a Redis ``MATCH`` pattern."""
+    return "".join(_ESCAPE + ch if ch in _GLOB_SPECIAL else ch for ch in text)
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    """The Redis key names used by one lock."""
+
+    lock: str
+    fence: str
+    queue: str
+    waiters: str
+
+    def as_list(self) -> list[str]:
+        """The keys in the order the Lua scripts expect them."""
+        return [self.lock, self.fence, self.queue, self.waiters]
+
+
+class KeySpace:
+    """Maps lock names to keys (and back) under one key prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError("REDISLOCK_KEY_PREFIX must be a non-empty string")
+        if any(ch in prefix for ch in "{}|"):
+            raise ValueError("REDISLOCK_KEY_PREFIX must not contain '{', '}' or '|'")
+        self.prefix = prefix
+        self._lock_head = f"{prefix}:{{"
+
+    def keys(self, name: str) -> LockKeys:
+        """Return the keys of the lock called *name* (which must be valid)."""
+        tag = "{" + _tag_part(name) + "}"
+        p = self.prefix
+        return LockKeys(
+            lock=f"{p}:{tag}",
+            fence=f"{p}:fence:{tag}",
+            queue=f"{p}:queue:{tag}",
+            waiters=f"{p}:waiters:{tag}",
+        )
+
+    def wake_channel(self, process_token: str) -> str:
+        """The pub/sub channel on which the process *process_token* is told of hand-offs."""
+        return f"{self.prefix}:wake:{process_token}"
+
+    def match_pattern(self, name_prefix: str = "") -> str:
+        """A SCAN ``MATCH`` pattern for lock keys whose name starts with *name_prefix*."""
+        head = _tag_part(name_prefix) if name_prefix else ""
+        return glob_escape(self._lock_head + head) + "*"
+
+    def name_from_key(self, key: str) -> str | None:
+        """Return the lock name stored at *key*, or None if *key* is not a lock key."""
+        if not (key.startswith(self._lock_head) and key.endswith("}")):
+            return None
+        inner = key[len(self._lock_head) : -1]
+        if inner.startswith(_ESCAPE):
+            inner = inner[1:]
+        return inner or None

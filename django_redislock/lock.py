@@ -1,0 +1,485 @@
+"""The synchronous :class:`Lock`.
+
+A lock is identified by its name; who holds it is an *owner token* (by default
+the current thread's, see :mod:`django_redislock.identity`). One ``Lock`` object
+may be shared by several threads: each thread is its own owner. Holding is
+re-entrant per owner: a second acquire by the same owner increments a hold
+count, and the lock is freed by the matching last release.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Sequence
+
+from redis.exceptions import RedisError
+
+from . import signals
+from .conf import get_setting
+from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
+from .identity import HOSTNAME, current_owner
+from .keys import LockKeys, to_millis, validate_name, validate_seconds
+from .renewal import WatchEntry, watchdog
+from .scripts import (
+    AMBIGUOUS_ERRORS,
+    Script,
+    acquire_script,
+    backend_error,
+    cancel_script,
+    extend_script,
+    release_script,
+)
+
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .manager import LockManager
+
+logger = logging.getLogger("django_redislock")
+
+_UNSET: Any = object()
+MAX_OWNER_LENGTH = 256
+#: Upper bound of one client-side wait between fallback polls (seconds).
+POLL_SLICE = 1.0
+#: How long a waiter's queue entry lives without being refreshed.
+ENTRY_LIFE_MS = 4000
+
+
+def _decode(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass
+class _Hold:
+    """What this Lock object knows about one owner's hold."""
+
+    fence: int
+    count: int
+    watch: WatchEntry | None = None
+    lost_reason: str | None = None
+
+
+class Lock:
+    """A distributed, re-entrant, leased lock on Redis.
+
+    Usually created with :meth:`LockManager.lock` (``locks.lock(name, ...)``).
+
+    :param name: the lock's name; any non-empty string up to 1024 characters.
+    :param ttl: the lease in seconds (default ``REDISLOCK_DEFAULT_TTL``).
+        ``None`` makes a lock without expiry and requires ``no_expiry=True``.
+    :param timeout: how long ``acquire()`` / ``with`` wait by default (seconds;
+        ``None`` = until acquired).
+    :param blocking: whether ``acquire()`` / ``with`` wait at all by default.
+    :param auto_renew: renew the lease in the background while held (default
+        ``REDISLOCK_AUTO_RENEW``).
+    :param owner: an explicit owner string (e.g. a Celery task id) instead of
+        the current thread/task.
+    :param purpose: a short human description, shown in the admin.
+    :param extra: a JSON-serialisable dict of further metadata.
+    :param raise_on_lost: whether leaving a ``with`` block whose lock was lost
+        raises :class:`LockLost` (default ``REDISLOCK_RAISE_ON_LOST``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        manager: LockManager | None = None,
+        ttl: float | None = _UNSET,
+        timeout: float | None = None,
+        blocking: bool = True,
+        auto_renew: bool | None = None,
+        owner: str | None = None,
+        purpose: str | None = None,
+        extra: dict[str, Any] | None = None,
+        raise_on_lost: bool | None = None,
+        no_expiry: bool = False,
+    ) -> None:
+        self.name = validate_name(name)
+        if manager is None:
+            from .manager import locks as manager
+        self.manager: LockManager = manager
+        if ttl is _UNSET:
+            ttl = validate_seconds(get_setting("REDISLOCK_DEFAULT_TTL"), "REDISLOCK_DEFAULT_TTL")
+        if ttl is None:
+            if not no_expiry:
+                raise ValueError(
+                    "ttl=None would make a lock that never expires; pass no_expiry=True "
+                    "if that is really what you want"
+                )
+            self.ttl_ms = 0
+        else:
+            if no_expiry:
+                raise ValueError("no_expiry=True needs ttl=None")
+            self.ttl_ms = to_millis(validate_seconds(ttl, "ttl"), "ttl")
+        self.timeout = None if timeout is None else validate_seconds(timeout, "timeout")
+        self.blocking = bool(blocking)
+        if auto_renew is None:
+            auto_renew = bool(get_setting("REDISLOCK_AUTO_RENEW"))
+        self.auto_renew = bool(auto_renew) and self.ttl_ms > 0
+        self._owner = None if owner is None else _validate_owner(owner)
+        if purpose is not None and not isinstance(purpose, str):
+            raise TypeError(f"purpose must be a str, not {type(purpose).__name__}")
+        self.purpose = purpose
+        if extra is not None:
+            if not isinstance(extra, dict):
+                raise TypeError(f"extra must be a dict, not {type(extra).__name__}")
+            try:
+                json.dumps(extra)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"extra must be JSON-serialisable: {exc}") from None
+        self.extra = extra
+        if raise_on_lost is None:
+            raise_on_lost = bool(get_setting("REDISLOCK_RAISE_ON_LOST"))
+        self.raise_on_lost = raise_on_lost
+        self._holds: dict[str, _Hold] = {}
+        self._pending_release: dict[str, str] = {}
+        self._keys_cache: tuple[Any, LockKeys] | None = None
+
+    # -- identity and plumbing -------------------------------------------------
+
+    @property
+    def ttl_seconds(self) -> float | None:
+        """The lease in seconds (None for a lock without expiry)."""
+        return self.ttl_ms / 1000.0 if self.ttl_ms else None
+
+    @property
+    def owner(self) -> str:
+        """The owner token acquiring/releasing on behalf of the caller right now."""
+        return self._owner or current_owner()
+
+    def _backend(self) -> tuple[Backend, LockKeys]:
+        backend = self.manager.backend()
+        cached = self._keys_cache
+        if cached is None or cached[0] is not backend.keyspace:
+            cached = self._keys_cache = (backend.keyspace, backend.keyspace.keys(self.name))
+        return backend, cached[1]
+
+    @property
+    def key(self) -> str:
+        """The Redis key of the lock's hash."""
+        return self._backend()[1].lock
+
+    def _meta(self) -> str:
+        meta: dict[str, Any] = {
+            "host": HOSTNAME,
+            "pid": os.getpid(),
+            "thread": threading.current_thread().name,
+        }
+        if self.purpose is not None:
+            meta["purpose"] = self.purpose
+        if self.extra:
+            meta["extra"] = self.extra
+        return json.dumps(meta, separators=(",", ":"))
+
+    def _run(self, script: Script, backend: Backend, keys: LockKeys, args: Sequence[Any], action: str) -> Any:
+        """Run an idempotent script, retrying once when the reply was lost."""
+        try:
+            return script(backend.client, keys.as_list(), args)
+        except AMBIGUOUS_ERRORS:
+            # The command may or may not have run. The scripts are idempotent for
+            # the same nonce, so asking again tells us what actually happened.
+            pass
+        except RedisError as exc:
+            raise backend_error(exc, action, self.name) from exc
+        try:
+            return script(backend.client, keys.as_list(), args)
+        except RedisError as exc:
+            raise backend_error(exc, action, self.name) from exc
+
+    # -- acquire ---------------------------------------------------------------
+
+    def acquire(
+        self,
+        blocking: bool | None = None,
+        timeout: float | None = _UNSET,
+        *,
+        blocking_timeout: float | None = _UNSET,
+        token: str | None = None,
+        sleep: float | None = None,
+    ) -> bool:
+        """Acquire the lock; return True when held, False when it was not acquired.
+
+        :param blocking: wait for the lock (default: the lock's ``blocking``).
+        :param timeout: how long to wait, in seconds (default: the lock's
+            ``timeout``; ``None`` = until acquired). ``blocking_timeout`` is the
+            redis-py spelling of the same argument.
+        :param token: an explicit owner string to acquire as (it stays this
+            Lock's owner afterwards), like redis-py's ``token``.
+        :param sleep: accepted for redis-py compatibility and ignored: waiters
+            are woken by the release, not by polling.
+        """
+        del sleep
+        if token is not None:
+            self._owner = _validate_owner(token)
+        if blocking is None:
+            blocking = self.blocking
+        if timeout is _UNSET:
+            timeout = blocking_timeout
+        if timeout is _UNSET:
+            timeout = self.timeout
+        elif timeout is not None:
+            if not blocking:
+                raise ValueError("a timeout makes no sense with blocking=False")
+            timeout = validate_seconds(timeout, "timeout")
+        owner = self.owner
+        backend, keys = self._backend()
+        nonce = secrets.token_hex(8)
+        if not blocking:
+            result = self._attempt(backend, keys, owner, nonce, wait=False)
+            if result[0] == 1:
+                self._acquired(backend, keys, owner, int(result[1]), int(result[2]))
+                return True
+            self._contended(owner, result[1])
+            return False
+        return self._acquire_blocking(backend, keys, owner, nonce, timeout)
+
+    def _attempt(self, backend: Backend, keys: LockKeys, owner: str, nonce: str, wait: bool) -> Any:
+        return self._run(
+            acquire_script,
+            backend,
+            keys,
+            [
+                owner,
+                nonce,
+                self.ttl_ms,
+                self._meta(),
+                1 if wait else 0,
+                ENTRY_LIFE_MS,
+                backend.hub().channel if wait else "",
+                backend.retention_ms,
+            ],
+            "acquire the lock",
+        )
+
+    def _acquire_blocking(
+        self, backend: Backend, keys: LockKeys, owner: str, nonce: str, timeout: float | None
+    ) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        hub = backend.hub()
+        waiter = hub.register(nonce)
+        try:
+            hub.wait_ready()
+            result = self._attempt(backend, keys, owner, nonce, wait=True)
+            if result[0] != 1:
+                self._contended(owner, result[1])
+            while result[0] != 1:
+                if waiter.event.is_set():
+                    result = [1, waiter.fence, 1]
+                    break
+                now = time.monotonic()
+                pause = POLL_SLICE * random.uniform(0.75, 1.0)
+                pttl = int(result[1])
+                if pttl >= 0:
+                    # Never sleep past the holder's lease: a crashed holder frees it then.
+                    pause = min(pause, pttl / 1000.0 + 0.001)
+                if deadline is not None:
+                    if now >= deadline:
+                        result = self._run(
+                            cancel_script, backend, keys,
+                            [owner, nonce, backend.retention_ms], "cancel the wait",
+                        )
+                        if result[0] != 1:
+                            return False
+                        break
+                    pause = min(pause, deadline - now)
+                if waiter.wait(pause):
+                    result = [1, waiter.fence, 1]
+                    break
+                result = self._attempt(backend, keys, owner, nonce, wait=True)
+        finally:
+            hub.unregister(nonce)
+        self._acquired(backend, keys, owner, int(result[1]), int(result[2]))
+        return True
+
+    def _acquired(self, backend: Backend, keys: LockKeys, owner: str, fence: int, count: int) -> None:
+        hold = self._holds.get(owner)
+        if hold is None or hold.lost_reason is not None or count == 1:
+            if hold is not None and hold.watch is not None:
+                watchdog.unwatch(hold.watch)
+            hold = self._holds[owner] = _Hold(fence=fence, count=1)
+            if self.auto_renew:
+                hold.watch = watchdog.watch(self, owner, backend.client, keys.lock, self.ttl_ms)
+        else:
+            hold.count += 1
+        signals.lock_acquired.send(
+            sender=Lock, lock=self, name=self.name, owner=owner,
+            fencing_token=fence, hold_count=count,
+        )
+
+    def _contended(self, owner: str, pttl: Any) -> None:
+        pttl = int(pttl)
+        signals.lock_contended.send(
+            sender=Lock, lock=self, name=self.name, owner=owner,
+            pttl=pttl / 1000.0 if pttl >= 0 else None,
+        )
+
+    # -- release, extend -------------------------------------------------------
+
+    def release(self) -> None:
+        """Release one hold; the lock is freed (and handed to the next waiter) on the last.
+
+        Raises :class:`LockNotOwned` when the caller's owner does not hold the
+        lock (nothing changes), :class:`LockBackendError` when Redis cannot
+        confirm the release (the hold is kept, so the release can be retried).
+        """
+        owner = self.owner
+        backend, keys = self._backend()
+        nonce = self._pending_release.get(owner) or secrets.token_hex(8)
+        self._pending_release[owner] = nonce
+        remaining = int(
+            self._run(release_script, backend, keys, [owner, nonce, backend.retention_ms],
+                      "release the lock")
+        )
+        del self._pending_release[owner]
+        hold = self._holds.get(owner)
+        if remaining < 0:
+            self._forget(owner)
+            raise LockNotOwned(
+                f"cannot release lock {self.name!r}: it is not held by this owner "
+                "(its lease may have expired or it was released by someone else)",
+                name=self.name,
+            )
+        if hold is not None:
+            hold.count -= 1
+            if hold.count <= 0 or remaining == 0:
+                self._forget(owner)
+        signals.lock_released.send(
+            sender=Lock, lock=self, name=self.name, owner=owner, hold_count=remaining
+        )
+
+    def _forget(self, owner: str) -> None:
+        hold = self._holds.pop(owner, None)
+        if hold is not None and hold.watch is not None:
+            watchdog.unwatch(hold.watch)
+
+    def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
+        """Add *additional_time* seconds to the lease (or set it, with ``replace_ttl``).
+
+        Raises :class:`LockNotOwned` when not held by the caller, and
+        :class:`LockError` for a lock without expiry. Returns True.
+        """
+        ms = to_millis(validate_seconds(additional_time, "additional_time"), "additional_time")
+        backend, keys = self._backend()
+        result = int(
+            self._run(extend_script, backend, keys,
+                      [self.owner, ms, 1 if replace_ttl else 0], "extend the lock")
+        )
+        if result == -1:
+            raise LockNotOwned(
+                f"cannot extend lock {self.name!r}: it is not held by this owner", name=self.name
+            )
+        if result == -2:
+            raise LockError(f"lock {self.name!r} has no expiry to extend", name=self.name)
+        return True
+
+    def reacquire(self) -> bool:
+        """Reset the lease to the lock's full ``ttl`` (redis-py's ``reacquire``)."""
+        if not self.ttl_ms:
+            raise LockError(f"lock {self.name!r} has no ttl to reset", name=self.name)
+        return self.extend(self.ttl_ms / 1000.0, replace_ttl=True)
+
+    # -- inspection ------------------------------------------------------------
+
+    def locked(self) -> bool:
+        """Whether anybody holds the lock."""
+        backend, keys = self._backend()
+        try:
+            return bool(backend.client.exists(keys.lock))
+        except RedisError as exc:
+            raise backend_error(exc, "check the lock", self.name) from exc
+
+    def owned(self) -> bool:
+        """Whether the caller's owner holds the lock right now (asks Redis)."""
+        backend, keys = self._backend()
+        try:
+            return _decode(backend.client.hget(keys.lock, "owner")) == self.owner
+        except RedisError as exc:
+            raise backend_error(exc, "check the lock's owner", self.name) from exc
+
+    def ttl(self) -> float | None:
+        """Remaining lease in seconds; None when not held, ``math.inf`` when held without expiry."""
+        backend, keys = self._backend()
+        try:
+            pttl = int(backend.client.pttl(keys.lock))
+        except RedisError as exc:
+            raise backend_error(exc, "read the lock's lease", self.name) from exc
+        if pttl == -2:
+            return None
+        return math.inf if pttl == -1 else pttl / 1000.0
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of the caller's current hold (None when not held by it)."""
+        hold = self._holds.get(self.owner)
+        return None if hold is None else hold.fence
+
+    @property
+    def lost(self) -> bool:
+        """Whether the caller's hold was found lost by the watchdog."""
+        hold = self._holds.get(self.owner)
+        return hold is not None and hold.lost_reason is not None
+
+    def _mark_lost(self, owner: str, reason: str) -> None:
+        hold = self._holds.get(owner)
+        if hold is None or hold.lost_reason is not None:
+            return
+        hold.lost_reason = reason
+        hold.watch = None
+        logger.error("redislock: lock %r lost: %s", self.name, reason)
+        signals.lock_lost.send(sender=Lock, lock=self, name=self.name, owner=owner, reason=reason)
+
+    # -- context manager -------------------------------------------------------
+
+    def __enter__(self) -> Lock:
+        if not self.acquire():
+            raise LockNotAcquired(
+                f"could not acquire lock {self.name!r}"
+                + ("" if self.timeout is None or not self.blocking else f" within {self.timeout:g} s"),
+                name=self.name,
+            )
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        owner = self.owner
+        hold = self._holds.get(owner)
+        reason = hold.lost_reason if hold is not None else None
+        try:
+            self.release()
+        except LockNotOwned:
+            reason = reason or "its lease expired or it was released by someone else"
+            if hold is not None and hold.lost_reason is None:
+                hold.lost_reason = reason
+                signals.lock_lost.send(
+                    sender=Lock, lock=self, name=self.name, owner=owner, reason=reason
+                )
+        if reason is not None:
+            message = f"lock {self.name!r} was lost while held: {reason}"
+            if self.raise_on_lost and exc_type is None:
+                raise LockLost(message, name=self.name)
+            logger.warning("redislock: %s", message)
+
+    def __repr__(self) -> str:
+        return f"<Lock {self.name!r} ttl={self.ttl_seconds}>"
+
+
+def _validate_owner(owner: object) -> str:
+    if not isinstance(owner, str):
+        raise TypeError(f"owner must be a str, not {type(owner).__name__}")
+    if not owner or len(owner) > MAX_OWNER_LENGTH:
+        raise ValueError(f"owner must be 1 to {MAX_OWNER_LENGTH} characters long")
+    return owner
+

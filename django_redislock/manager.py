@@ -1,0 +1,179 @@
+""":class:`LockManager`: where locks are made, listed and force-released.
+
+``django_redislock.locks`` is the default manager (like ``django.core.cache.cache``):
+it uses the ``REDISLOCK_*`` settings, read lazily, so ``override_settings`` in
+tests takes effect on the next call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterator
+
+from django.core.signals import setting_changed
+from redis.exceptions import RedisError
+
+from . import signals
+from .backend import Backend
+from .conf import get_setting
+from .connection import resolve_client
+from .info import LockInfo
+from .keys import KeySpace, to_millis, validate_name, validate_seconds
+from .lock import Lock
+from .scripts import backend_error, force_release_script
+
+logger = logging.getLogger("django_redislock")
+
+
+class LockManager:
+    """Creates :class:`Lock` objects and inspects the locks held in one Redis.
+
+    :param cache_alias: the Django cache whose Redis client to use (default:
+        ``REDISLOCK_URL`` if set, else ``REDISLOCK_CACHE``).
+    :param url: a Redis URL to use instead of a cache alias.
+    :param key_prefix: the key prefix (default ``REDISLOCK_KEY_PREFIX``).
+    """
+
+    def __init__(
+        self,
+        cache_alias: str | None = None,
+        *,
+        url: str | None = None,
+        key_prefix: str | None = None,
+    ) -> None:
+        self.cache_alias = cache_alias
+        self.url = url
+        self.key_prefix = key_prefix
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()
+        setting_changed.connect(self._on_setting_changed, weak=True)
+
+    def _on_setting_changed(self, setting: str, **kwargs: Any) -> None:
+        if setting.startswith("REDISLOCK_") or setting == "CACHES":
+            self._backend = None
+
+    def backend(self) -> Backend:
+        """The resolved Redis client and key layout (resolved once, then cached)."""
+        backend = self._backend
+        if backend is None:
+            with self._lock:
+                backend = self._backend
+                if backend is None:
+                    retention = validate_seconds(
+                        get_setting("REDISLOCK_FENCE_RETENTION"), "REDISLOCK_FENCE_RETENTION"
+                    )
+                    backend = self._backend = Backend(
+                        client=resolve_client(self.cache_alias, self.url),
+                        keyspace=KeySpace(self.key_prefix or get_setting("REDISLOCK_KEY_PREFIX")),
+                        retention_ms=to_millis(retention, "REDISLOCK_FENCE_RETENTION"),
+                    )
+        return backend
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client the locks use."""
+        return self.backend().client
+
+    def lock(self, name: str, **options: Any) -> Lock:
+        """Return a :class:`Lock` called *name*; see :class:`Lock` for the options."""
+        return Lock(name, manager=self, **options)
+
+    def get(self, name: str) -> LockInfo | None:
+        """A snapshot of the lock called *name*, or None when nobody holds it."""
+        validate_name(name)
+        backend = self.backend()
+        key = backend.keyspace.keys(name).lock
+        try:
+            pipe = backend.client.pipeline(transaction=False)
+            pipe.hgetall(key)
+            pipe.pttl(key)
+            fields, pttl = pipe.execute()
+        except RedisError as exc:
+            raise backend_error(exc, "read the lock", name) from exc
+        if pttl == -2:
+            return None
+        return LockInfo.from_redis(name, key, fields, int(pttl))
+
+    def active(self, prefix: str = "", *, batch_size: int = 500) -> Iterator[LockInfo]:
+        """Iterate over the held locks whose name starts with *prefix*.
+
+        Uses ``SCAN`` (never ``KEYS``); glob characters in *prefix* match
+        themselves. Like SCAN, the listing is not a snapshot: a lock acquired or
+        released meanwhile may or may not appear.
+        """
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+        backend = self.backend()
+        keyspace = backend.keyspace
+        pattern = keyspace.match_pattern(prefix)
+        client = backend.client
+        try:
+            keys: list[Any] = []
+            for key in client.scan_iter(match=pattern, count=batch_size, _type="hash"):
+                keys.append(key)
+                if len(keys) >= batch_size:
+                    yield from self._load(client, keyspace, keys)
+                    keys = []
+            if keys:
+                yield from self._load(client, keyspace, keys)
+        except RedisError as exc:
+            raise backend_error(exc, "list the locks", None) from exc
+
+    @staticmethod
+    def _load(client: Any, keyspace: KeySpace, keys: list[Any]) -> Iterator[LockInfo]:
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+            pipe.pttl(key)
+        replies = pipe.execute()
+        for i, key in enumerate(keys):
+            text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+            name = keyspace.name_from_key(text)
+            pttl = int(replies[2 * i + 1])
+            if name is None or pttl == -2:
+                continue
+            yield LockInfo.from_redis(name, text, replies[2 * i], pttl)
+
+    def force_release(
+        self, name: str, *, owner: str | None = None, fencing_token: int | None = None
+    ) -> bool:
+        """Delete the lock *name* whoever holds it, and hand it to the next waiter.
+
+        An operator action: it is logged at WARNING. With *owner* and/or
+        *fencing_token*, the lock is released only if it still has that owner /
+        token (so a lock that changed hands since it was looked at is left
+        alone). Returns True if a lock was released.
+        """
+        validate_name(name)
+        backend = self.backend()
+        keys = backend.keyspace.keys(name)
+        before = self.get(name)
+        try:
+            result = int(
+                force_release_script(
+                    backend.client,
+                    keys.as_list(),
+                    [owner or "", "" if fencing_token is None else str(fencing_token),
+                     backend.retention_ms],
+                )
+            )
+        except RedisError as exc:
+            raise backend_error(exc, "force-release the lock", name) from exc
+        released = result == 1
+        if released:
+            logger.warning(
+                "redislock: lock %r force-released (owner %s, fencing token %s)",
+                name,
+                before.owner if before else "?",
+                before.fencing_token if before else "?",
+            )
+        signals.force_released.send(sender=LockManager, name=name, info=before, released=released)
+        return released
+
+    def __repr__(self) -> str:
+        return f"<LockManager cache={self.cache_alias!r} url={self.url!r}>"
+
+
+#: The default manager, configured by the ``REDISLOCK_*`` settings.
+locks = LockManager()

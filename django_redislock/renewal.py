@@ -1,0 +1,177 @@
+"""The watchdog: one thread per process renewing every held auto-renewed lock.
+
+Each held lock is renewed at about a third of its lease. When the thread wakes
+it renews, in one pipelined round trip per Redis client, every lock that is
+due or will be within a short slack, so many locks cost one batch. A renewal
+that finds the lock gone or owned by someone else marks the lock lost (the
+holder learns it when leaving its ``with`` block, and ``lock_lost`` fires).
+If Redis cannot be reached the renewal is retried; once a whole lease has
+passed without a confirmed renewal the lock is marked lost, because it may have
+expired.
+
+The thread exits when nothing is left to renew and is started again on the
+next registration. After ``os.fork()`` the child starts with an empty
+registry: it neither renews nor releases its parent's locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import Any, Protocol
+
+from redis.exceptions import NoScriptError, RedisError
+
+from .identity import on_fork_in_child
+from .scripts import renew_script
+
+logger = logging.getLogger("django_redislock")
+
+
+class Renewable(Protocol):
+    """What the watchdog needs from a lock."""
+
+    def _mark_lost(self, owner: str, reason: str) -> None: ...
+
+
+class WatchEntry:
+    """One (lock, owner) the watchdog keeps alive."""
+
+    __slots__ = ("lock_ref", "owner", "client", "key", "ttl_ms", "due", "confirmed_at")
+
+    def __init__(self, lock: Renewable, owner: str, client: Any, key: str, ttl_ms: int) -> None:
+        now = time.monotonic()
+        self.lock_ref = weakref.ref(lock)
+        self.owner = owner
+        self.client = client
+        self.key = key
+        self.ttl_ms = ttl_ms
+        self.due = now + ttl_ms / 3000.0
+        self.confirmed_at = now
+
+
+class Watchdog:
+    """The process-wide renewal thread and its registry."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, WatchEntry] = {}
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._wake_at = float("inf")
+
+    def watch(self, lock: Renewable, owner: str, client: Any, key: str, ttl_ms: int) -> WatchEntry:
+        """Start renewing *key* for *owner* every ~ttl/3 while *lock* is alive."""
+        entry = WatchEntry(lock, owner, client, key, ttl_ms)
+        with self._cond:
+            self._entries[id(entry)] = entry
+            if self._thread is None:
+                self._wake_at = entry.due
+                self._thread = threading.Thread(
+                    target=self._run, name="redislock-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif entry.due < self._wake_at:
+                self._cond.notify()
+        return entry
+
+    def unwatch(self, entry: WatchEntry) -> None:
+        """Stop renewing *entry*."""
+        with self._cond:
+            self._entries.pop(id(entry), None)
+
+    @property
+    def running(self) -> bool:
+        """Whether the watchdog thread is alive."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def watched(self) -> int:
+        """How many (lock, owner) pairs are being renewed."""
+        return len(self._entries)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if not self._entries:
+                        self._thread = None
+                        self._wake_at = float("inf")
+                        return
+                    now = time.monotonic()
+                    self._wake_at = min(e.due for e in self._entries.values())
+                    if self._wake_at <= now:
+                        break
+                    self._cond.wait(self._wake_at - now)
+                batch = [
+                    e
+                    for e in self._entries.values()
+                    if e.due <= now + min(1.0, e.ttl_ms / 6000.0)
+                ]
+            self._renew(batch)
+
+    def _renew(self, batch: list[WatchEntry]) -> None:
+        by_client: dict[int, list[WatchEntry]] = {}
+        for entry in batch:
+            if entry.lock_ref() is None:
+                # The Lock object was garbage-collected while held: stop renewing
+                # and let the lease run out rather than keep an orphan alive.
+                self.unwatch(entry)
+                continue
+            by_client.setdefault(id(entry.client), []).append(entry)
+        for entries in by_client.values():
+            started = time.monotonic()
+            try:
+                results = _run_batch(entries)
+            except RedisError as exc:
+                self._renewal_failed(entries, exc)
+                continue
+            for entry, result in zip(entries, results):
+                if isinstance(result, Exception):
+                    self._renewal_failed([entry], result)
+                elif result == 1:
+                    entry.confirmed_at = started
+                    entry.due = started + entry.ttl_ms / 3000.0
+                else:
+                    self._lose(entry, "the lock was no longer held by this owner at renewal")
+
+    def _renewal_failed(self, entries: list[WatchEntry], exc: BaseException) -> None:
+        now = time.monotonic()
+        for entry in entries:
+            if now - entry.confirmed_at >= entry.ttl_ms / 1000.0:
+                self._lose(entry, f"no renewal could be confirmed for a whole lease ({exc})")
+            else:
+                logger.warning("redislock renewal of %s failed, retrying: %s", entry.key, exc)
+                entry.due = now + min(1.0, entry.ttl_ms / 6000.0)
+
+    def _lose(self, entry: WatchEntry, reason: str) -> None:
+        self.unwatch(entry)
+        lock = entry.lock_ref()
+        if lock is not None:
+            lock._mark_lost(entry.owner, reason)
+
+    def _reset_after_fork(self) -> None:
+        self._entries = {}
+        self._cond = threading.Condition()
+        self._thread = None
+        self._wake_at = float("inf")
+
+
+def _run_batch(entries: list[WatchEntry]) -> list[Any]:
+    client = entries[0].client
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for entry in entries:
+            renew_script.queue(pipe, [entry.key], [entry.owner, entry.ttl_ms])
+        results = pipe.execute(raise_on_error=False)
+        if attempt == 0 and any(isinstance(r, NoScriptError) for r in results):
+            client.script_load(renew_script.source)
+            continue
+        return list(results)
+    return list(results)
+
+
+#: The process's watchdog.
+watchdog = Watchdog()
+on_fork_in_child(watchdog._reset_after_fork)

@@ -1,0 +1,244 @@
+"""The Lua scripts behind every lock operation, and how they are run.
+
+Each operation that reads and then changes a lock is one script, so it is
+atomic. Scripts are sent with EVALSHA and loaded on ``NOSCRIPT``.
+
+All scripts take the same four keys (see :mod:`django_redislock.keys`):
+``KEYS[1]`` lock hash, ``KEYS[2]`` fence hash, ``KEYS[3]`` waiter queue (list),
+``KEYS[4]`` waiter entries (hash).
+
+Lock hash fields: ``owner``, ``count`` (re-entrant holds), ``fence`` (fencing
+token), ``since`` (ms since the epoch, Redis clock), ``ttl`` (lease in ms, 0 =
+none), ``op`` (nonce of the last acquire, for idempotent retries), ``rel``
+(nonce of the last partial release), ``meta`` (JSON written by the client).
+
+Waiting is FIFO with direct hand-off: a release (or a cancelled wait, or an
+acquire that finds the lock free while someone else is first in line) grants
+the lock to the first live waiter in the same script and publishes the grant on
+that waiter's process channel. A waiter entry is
+``expiry_ms|ttl_ms|channel|nonce|meta``; waiters refresh it while they wait, and
+entries whose expiry passed (their process died) are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Sequence
+
+import redis
+from redis.exceptions import NoScriptError
+
+from .exceptions import LockBackendError
+
+_PRELUDE = r"""
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local t = redis.call('TIME')
+local sec, usec = tonumber(t[1]), tonumber(t[2])
+local now_ms = sec * 1000 + math.floor(usec / 1000)
+
+local function num(x) return string.format('%.0f', x) end
+
+local function entry_fields(e)
+  local out, start = {}, 1
+  for i = 1, 4 do
+    local j = string.find(e, '|', start, true)
+    out[i] = string.sub(e, start, j - 1)
+    start = j + 1
+  end
+  out[5] = string.sub(e, start)
+  return out
+end
+
+-- Make *owner* the holder. The fencing token is max(last + 1, Redis time in
+-- microseconds): strictly increasing while the fence hash is retained, and
+-- still increasing after it expired unless the Redis clock went backwards.
+local function grant(owner, nonce, ttl, meta, retention)
+  local last = tonumber(redis.call('HGET', F, 'fence') or '0')
+  local fence = num(math.max(last + 1, sec * 1000000 + usec))
+  redis.call('HSET', F, 'fence', fence)
+  redis.call('PEXPIRE', F, retention)
+  redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence,
+             'since', num(now_ms), 'ttl', ttl, 'op', nonce, 'meta', meta)
+  if tonumber(ttl) > 0 then redis.call('PEXPIRE', L, ttl) end
+  return fence
+end
+
+-- The first waiter whose entry has not expired; dead entries are dropped.
+local function live_head()
+  while true do
+    local w = redis.call('LINDEX', Q, 0)
+    if not w then return nil end
+    local e = redis.call('HGET', E, w)
+    if e and tonumber(string.sub(e, 1, string.find(e, '|', 1, true) - 1)) >= now_ms then
+      return w, e
+    end
+    redis.call('LPOP', Q)
+    if e then redis.call('HDEL', E, w) end
+  end
+end
+
+-- Grant the (free) lock to the first live waiter and wake it.
+local function handoff(retention)
+  local w, e = live_head()
+  if not w then return false end
+  redis.call('LPOP', Q)
+  redis.call('HDEL', E, w)
+  local p = entry_fields(e)
+  local fence = grant(w, p[4], p[2], p[5], retention)
+  redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
+  return true
+end
+"""
+
+# ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, wait (0/1), entry_life_ms,
+#       channel, retention_ms
+# Returns {1, fence, count} when held by owner, else {0, pttl_ms}.
+ACQUIRE = _PRELUDE + r"""
+local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local wait, life, channel, retention = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local cur = redis.call('HGET', L, 'owner')
+if cur == owner then
+  local h = redis.call('HMGET', L, 'op', 'fence', 'count')
+  if h[1] == nonce then
+    return {1, h[2], h[3]}
+  end
+  local c = redis.call('HINCRBY', L, 'count', 1)
+  redis.call('HSET', L, 'op', nonce)
+  local want = tonumber(ttl)
+  if want > 0 then
+    local p = redis.call('PTTL', L)
+    if p >= 0 and p < want then redis.call('PEXPIRE', L, want) end
+  end
+  return {1, h[2], c}
+end
+if not cur and redis.call('EXISTS', L) == 0 then
+  local head = live_head()
+  if not head or head == owner then
+    if head then
+      redis.call('LPOP', Q)
+      redis.call('HDEL', E, owner)
+    end
+    local fence = grant(owner, nonce, ttl, meta, retention)
+    return {1, fence, 1}
+  end
+  handoff(retention)
+end
+if wait == '1' then
+  local entry = num(now_ms + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta
+  if redis.call('HSET', E, owner, entry) == 1 then
+    redis.call('RPUSH', Q, owner)
+  end
+  redis.call('PEXPIRE', Q, life)
+  redis.call('PEXPIRE', E, life)
+end
+return {0, redis.call('PTTL', L)}
+"""
+
+# ARGV: owner, nonce, retention_ms
+# Returns the remaining hold count (0 = released), or -1 when not owned.
+RELEASE = _PRELUDE + r"""
+local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('HGET', L, 'owner') ~= owner then
+  if redis.call('HGET', F, 'rel') == nonce then return 0 end
+  return -1
+end
+local h = redis.call('HMGET', L, 'rel', 'count')
+if h[1] == nonce then return tonumber(h[2]) end
+local c = redis.call('HINCRBY', L, 'count', -1)
+if c > 0 then
+  redis.call('HSET', L, 'rel', nonce)
+  return c
+end
+redis.call('DEL', L)
+redis.call('HSET', F, 'rel', nonce)
+redis.call('PEXPIRE', F, retention)
+handoff(retention)
+return 0
+"""
+
+# ARGV: owner, ms, replace (0/1)
+# Returns the new lease in ms, -1 when not owned, -2 when the lock has no expiry.
+EXTEND = _PRELUDE + r"""
+local owner, ms, replace = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+if redis.call('HGET', L, 'owner') ~= owner then return -1 end
+local p = redis.call('PTTL', L)
+if p < 0 then return -2 end
+local new = ms
+if replace ~= '1' then new = p + ms end
+redis.call('PEXPIRE', L, new)
+return new
+"""
+
+# ARGV: owner, ttl_ms.  Watchdog renewal: never shortens a lease.
+# Returns 1 when renewed (or already longer), 0 when not owned.
+RENEW = r"""
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+local want = tonumber(ARGV[2])
+if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
+return 1
+"""
+
+# ARGV: owner, nonce, retention_ms.  A waiter gives up.
+# Returns {1, fence, count} if the lock was handed to this very wait meanwhile, else {0}.
+CANCEL = _PRELUDE + r"""
+local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
+local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
+if h[1] == owner and h[2] == nonce then return {1, h[3], h[4]} end
+redis.call('LREM', Q, 0, owner)
+redis.call('HDEL', E, owner)
+if redis.call('EXISTS', L) == 0 then handoff(retention) end
+return {0}
+"""
+
+# ARGV: expected owner ('' = any), expected fence ('' = any), retention_ms.
+# Returns 1 when deleted, 0 when there was no lock, -1 when it did not match.
+FORCE_RELEASE = _PRELUDE + r"""
+local want_owner, want_fence, retention = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('EXISTS', L) == 0 then return 0 end
+local ok, h = pcall(redis.call, 'HMGET', L, 'owner', 'fence')
+if not ok then h = {false, false} end
+if want_owner ~= '' and h[1] ~= want_owner then return -1 end
+if want_fence ~= '' and h[2] ~= want_fence then return -1 end
+redis.call('DEL', L)
+handoff(retention)
+return 1
+"""
+
+
+class Script:
+    """A Lua script run with EVALSHA, loaded into Redis on ``NOSCRIPT``."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+
+    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run the script on *client*; Redis errors are left for the caller to map."""
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            client.script_load(self.source)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Any]) -> None:
+        """Queue the script on a pipeline (see :func:`run_pipeline_with_reload`)."""
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
+
+acquire_script = Script(ACQUIRE)
+release_script = Script(RELEASE)
+extend_script = Script(EXTEND)
+renew_script = Script(RENEW)
+cancel_script = Script(CANCEL)
+force_release_script = Script(FORCE_RELEASE)
+
+
+def backend_error(exc: BaseException, action: str, name: str | None) -> LockBackendError:
+    """Wrap a redis-py exception raised while doing *action* in a LockBackendError."""
+    err = LockBackendError(f"Redis error while trying to {action}: {exc}", name=name)
+    err.__cause__ = exc
+    return err
+
+
+AMBIGUOUS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)

@@ -1,0 +1,36 @@
+"""Shared fixtures: a clean Redis per test, and lock managers over both cache backends."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.conf import settings
+
+from django_redislock import LockManager
+
+
+@pytest.fixture
+def redis_client() -> redis.Redis:
+    """A plain client on the test server (not the one under test)."""
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis(redis_client: redis.Redis) -> Iterator[None]:
+    redis_client.flushdb()
+    yield
+
+
+@pytest.fixture(params=["default", "djredis"], ids=["django-cache", "django-redis"])
+def manager(request: pytest.FixtureRequest) -> LockManager:
+    """A LockManager on Django's built-in RedisCache, then on django-redis."""
+    return LockManager(request.param)
+
+
+@pytest.fixture
+def name() -> str:
+    """A lock name unique to the test."""
+    return f"test:{uuid.uuid4().hex[:12]}"
