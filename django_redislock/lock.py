@@ -267,10 +267,15 @@ class Lock:
         hub = backend.hub()
         waiter = hub.register(nonce)
         try:
-            hub.wait_ready()
+            listening = hub.ready
             result = self._attempt(backend, keys, owner, nonce, wait=True)
             if result[0] != 1:
                 self._contended(owner, result[1])
+                if not listening:
+                    # First wait of this process: a hand-off published before the
+                    # subscription was active would be missed, so ask once more.
+                    hub.wait_ready()
+                    result = self._attempt(backend, keys, owner, nonce, wait=True)
             while result[0] != 1:
                 if waiter.event.is_set():
                     result = [1, waiter.fence, 1]

@@ -33,6 +33,8 @@ class LockManager:
         ``REDISLOCK_URL`` if set, else ``REDISLOCK_CACHE``).
     :param url: a Redis URL to use instead of a cache alias.
     :param key_prefix: the key prefix (default ``REDISLOCK_KEY_PREFIX``).
+    :param client: a ready redis-py client to use as it is (advanced; takes
+        precedence over *cache_alias* and *url*).
     """
 
     def __init__(
@@ -41,10 +43,12 @@ class LockManager:
         *,
         url: str | None = None,
         key_prefix: str | None = None,
+        client: Any = None,
     ) -> None:
         self.cache_alias = cache_alias
         self.url = url
         self.key_prefix = key_prefix
+        self._explicit_client = client
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         setting_changed.connect(self._on_setting_changed, weak=True)
@@ -64,7 +68,7 @@ class LockManager:
                         get_setting("REDISLOCK_FENCE_RETENTION"), "REDISLOCK_FENCE_RETENTION"
                     )
                     backend = self._backend = Backend(
-                        client=resolve_client(self.cache_alias, self.url),
+                        client=self._explicit_client or resolve_client(self.cache_alias, self.url),
                         keyspace=KeySpace(self.key_prefix or get_setting("REDISLOCK_KEY_PREFIX")),
                         retention_ms=to_millis(retention, "REDISLOCK_FENCE_RETENTION"),
                     )

@@ -128,8 +128,14 @@ class WakeHub:
                             self._ready.clear()
                             return
             except Exception as exc:  # reconnect on any failure; waiters poll meanwhile
-                self._ready.clear()
                 self._last_error = exc
+                with self._lock:
+                    self._ready.clear()
+                    if not self._waiters:
+                        # Nobody is waiting: stop instead of retrying; the next
+                        # blocking acquire starts a fresh subscriber.
+                        self._thread = None
+                        return
                 logger.warning("redislock wake-up subscriber lost its connection: %s", exc)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)

@@ -1,0 +1,281 @@
+"""Single-process behaviour of Lock: ownership, re-entrancy, leases, fencing, input checks."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+from django.test import override_settings
+
+from django_redislock import (
+    Lock,
+    LockError,
+    LockLost,
+    LockManager,
+    LockNotAcquired,
+    LockNotOwned,
+    locks,
+)
+
+
+def test_acquire_release_stores_metadata_and_deletes_key(manager: LockManager, name: str, redis_client) -> None:
+    lock = manager.lock(name, ttl=10, purpose="nightly report", extra={"report": 42})
+    assert lock.acquire(blocking=False)
+    info = manager.get(name)
+    assert info is not None
+    assert info.owner == lock.owner
+    assert info.hold_count == 1
+    assert info.fencing_token == lock.fencing_token
+    assert info.purpose == "nightly report"
+    assert info.extra == {"report": 42}
+    assert info.pid and info.host and info.thread == threading.current_thread().name
+    assert info.acquired_at is not None
+    assert 9 < info.ttl <= 10
+    assert info.lease == 10
+    lock.release()
+    assert redis_client.exists(info.key) == 0
+    assert manager.get(name) is None
+
+
+def test_second_owner_is_refused_and_cannot_release(manager: LockManager, name: str) -> None:
+    mine = manager.lock(name, owner="owner-a")
+    theirs = manager.lock(name, owner="owner-b")
+    assert mine.acquire(blocking=False)
+    assert not theirs.acquire(blocking=False)
+    with pytest.raises(LockNotOwned):
+        theirs.release()
+    with pytest.raises(LockNotOwned):
+        theirs.extend(5)
+    info = manager.get(name)
+    assert info is not None and info.owner == "owner-a" and info.hold_count == 1
+    mine.release()
+
+
+def test_reentrant_per_owner_needs_matching_releases(manager: LockManager, name: str, redis_client) -> None:
+    lock = manager.lock(name)
+    other_instance_same_thread = manager.lock(name)
+    assert lock.acquire(blocking=False)
+    assert other_instance_same_thread.acquire(blocking=False)
+    assert lock.acquire(blocking=False)
+    assert manager.get(name).hold_count == 3
+    lock.release()
+    other_instance_same_thread.release()
+    assert lock.owned()
+    lock.release()
+    assert not lock.locked()
+    with pytest.raises(LockNotOwned):
+        lock.release()
+
+
+def test_other_thread_is_another_owner(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name)
+    assert lock.acquire(blocking=False)
+    seen: dict[str, object] = {}
+
+    def other() -> None:
+        seen["acquired"] = lock.acquire(blocking=False)
+        seen["owned"] = lock.owned()
+        try:
+            lock.release()
+        except LockNotOwned:
+            seen["release"] = "refused"
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join(10)
+    assert seen == {"acquired": False, "owned": False, "release": "refused"}
+    assert lock.owned()
+    lock.release()
+
+
+def test_context_manager_and_fencing_tokens_increase(manager: LockManager, name: str, redis_client) -> None:
+    tokens = []
+    for _ in range(5):
+        with manager.lock(name) as held:
+            tokens.append(held.fencing_token)
+    assert tokens == sorted(tokens) and len(set(tokens)) == 5
+    # Even when the fence hash is gone (retention expired), tokens keep increasing.
+    redis_client.delete(manager.backend().keyspace.keys(name).fence)
+    with manager.lock(name) as held:
+        assert held.fencing_token > tokens[-1]
+
+
+def test_fence_memory_is_bounded_by_retention(manager: LockManager, name: str, redis_client) -> None:
+    with override_settings(REDISLOCK_FENCE_RETENTION=60):
+        m = LockManager(manager.cache_alias)
+        with m.lock(name):
+            pass
+        fence_key = m.backend().keyspace.keys(name).fence
+        assert 0 < redis_client.pttl(fence_key) <= 60_000
+        assert redis_client.exists(m.backend().keyspace.keys(name).lock) == 0
+
+
+def test_context_manager_raises_when_not_acquired(manager: LockManager, name: str) -> None:
+    holder = manager.lock(name, owner="someone-else")
+    assert holder.acquire(blocking=False)
+    with pytest.raises(LockNotAcquired) as caught:
+        with manager.lock(name, blocking=False):
+            pytest.fail("body must not run")
+    assert caught.value.name == name
+    with pytest.raises(LockNotAcquired):
+        with manager.lock(name, timeout=0.05):
+            pytest.fail("body must not run")
+    holder.release()
+
+
+def test_ttl_extend_reacquire(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name, ttl=10, auto_renew=False)
+    assert lock.ttl() is None
+    lock.acquire()
+    assert 9 < lock.ttl() <= 10
+    lock.extend(10)
+    assert 19 < lock.ttl() <= 20
+    lock.extend(5, replace_ttl=True)
+    assert 4 < lock.ttl() <= 5
+    lock.extend(0.5, replace_ttl=True)
+    assert lock.reacquire()
+    assert 9 < lock.ttl() <= 10
+    lock.release()
+    with pytest.raises(LockNotOwned):
+        lock.extend(1)
+    with pytest.raises(LockNotOwned):
+        lock.reacquire()
+
+
+def test_default_ttl_is_read_lazily_from_settings(manager: LockManager, name: str) -> None:
+    with override_settings(REDISLOCK_DEFAULT_TTL=7):
+        lock = manager.lock(name)
+        lock.acquire()
+        assert 6 < lock.ttl() <= 7
+        lock.release()
+    lock = manager.lock(name)
+    lock.acquire()
+    assert 29 < lock.ttl() <= 30
+    lock.release()
+
+
+def test_no_expiry_needs_explicit_opt_in(manager: LockManager, name: str) -> None:
+    with pytest.raises(ValueError, match="no_expiry=True"):
+        manager.lock(name, ttl=None)
+    with pytest.raises(ValueError):
+        manager.lock(name, ttl=5, no_expiry=True)
+    lock = manager.lock(name, ttl=None, no_expiry=True)
+    lock.acquire()
+    assert lock.ttl() == math.inf
+    assert manager.get(name).ttl == math.inf
+    with pytest.raises(LockError, match="no expiry"):
+        lock.extend(5)
+    with pytest.raises(LockError):
+        lock.reacquire()
+    lock.release()
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"name": ""}, ValueError, "empty"),
+        ({"name": "x" * 1025}, ValueError, "1024"),
+        ({"name": 42}, TypeError, "str"),
+        ({"name": b"bytes"}, TypeError, "str"),
+        ({"name": "\udcff"}, ValueError, "UTF-8"),
+        ({"name": "n", "ttl": 0}, ValueError, "positive"),
+        ({"name": "n", "ttl": -1}, ValueError, "positive"),
+        ({"name": "n", "ttl": float("nan")}, ValueError, "positive"),
+        ({"name": "n", "ttl": "30"}, TypeError, "number"),
+        ({"name": "n", "ttl": True}, TypeError, "number"),
+        ({"name": "n", "ttl": 0.0001}, ValueError, "1 ms"),
+        ({"name": "n", "timeout": 0}, ValueError, "positive"),
+        ({"name": "n", "timeout": -2}, ValueError, "positive"),
+        ({"name": "n", "owner": ""}, ValueError, "owner"),
+        ({"name": "n", "owner": 5}, TypeError, "owner"),
+        ({"name": "n", "extra": {"a": object()}}, TypeError, "JSON"),
+        ({"name": "n", "extra": [1]}, TypeError, "dict"),
+        ({"name": "n", "purpose": 3}, TypeError, "purpose"),
+    ],
+)
+def test_invalid_input_is_refused_with_a_clear_message(kwargs, error, message) -> None:
+    name = kwargs.pop("name")
+    with pytest.raises(error, match=message):
+        locks.lock(name, **kwargs)
+
+
+def test_acquire_argument_checks(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name)
+    with pytest.raises(ValueError, match="blocking=False"):
+        lock.acquire(blocking=False, timeout=1)
+    with pytest.raises(ValueError, match="positive"):
+        lock.acquire(timeout=0)
+    with pytest.raises(ValueError, match="positive"):
+        lock.acquire(blocking_timeout=-1)
+    with pytest.raises(ValueError, match="positive"):
+        lock.extend(-1)
+    assert not lock.locked()
+
+
+def test_redis_py_style_arguments(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name)
+    assert lock.acquire(blocking=True, blocking_timeout=1, token="my-token", sleep=0.1)
+    assert manager.get(name).owner == "my-token"
+    assert lock.owned()
+    lock.release()
+
+
+def test_any_characters_in_names_are_stored_and_listed(manager: LockManager, redis_client) -> None:
+    names = ["}starts-with-brace", "\\backslash", "a*b?c[d]", "{tag}x", "ünïcode ✓", "sp ace", "new\nline"]
+    held = [manager.lock(n, owner="o") for n in names]
+    for lock in held:
+        assert lock.acquire(blocking=False)
+    assert {info.name for info in manager.active()} == set(names)
+    for n in names:
+        assert manager.get(n).name == n
+    assert [i.name for i in manager.active("a*b")] == ["a*b?c[d]"]
+    assert [i.name for i in manager.active("}")] == ["}starts-with-brace"]
+    assert [i.name for i in manager.active("\\")] == ["\\backslash"]
+    for lock in held:
+        lock.release()
+    assert list(manager.active()) == []
+
+
+def test_active_filters_by_literal_prefix_and_skips_companion_keys(manager: LockManager) -> None:
+    for n in ["report:1", "report:2", "reportx", "other"]:
+        manager.lock(n, owner="o").acquire()
+    # A waiter leaves queue/waiter keys behind while it waits; those are not locks.
+    assert not manager.lock("report:1", owner="waiter").acquire(timeout=0.05)
+    assert sorted(i.name for i in manager.active("report:")) == ["report:1", "report:2"]
+    assert len(list(manager.active())) == 4
+
+
+def test_force_release_compares_owner_and_token(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name, owner="holder")
+    lock.acquire()
+    token = lock.fencing_token
+    assert not manager.force_release(name, owner="somebody")
+    assert not manager.force_release(name, fencing_token=token + 1)
+    assert manager.get(name) is not None
+    assert manager.force_release(name, owner="holder", fencing_token=token)
+    assert manager.get(name) is None
+    assert not manager.force_release(name)
+
+
+def test_lost_lock_raises_on_exit_and_can_be_configured(manager: LockManager, name: str) -> None:
+    with pytest.raises(LockLost):
+        with manager.lock(name, auto_renew=False):
+            manager.force_release(name)
+    with manager.lock(name, raise_on_lost=False) as held:
+        manager.force_release(name)
+    assert not held.locked()
+    # An exception from the body is never masked by the lost lock.
+    with pytest.raises(KeyError):
+        with manager.lock(name):
+            manager.force_release(name)
+            raise KeyError("body")
+
+
+def test_public_api_is_small() -> None:
+    import django_redislock
+
+    assert set(django_redislock.__all__) >= {"locks", "Lock", "LockNotAcquired", "LockError"}
+    assert all(hasattr(django_redislock, n) for n in django_redislock.__all__)
+    assert isinstance(locks.lock("x"), Lock)
