@@ -43,7 +43,9 @@ class WatchEntry:
 
     def __init__(self, lock: Renewable, owner: str, client: Any, key: str, ttl_ms: int) -> None:
         now = time.monotonic()
-        self.lock_ref = weakref.ref(lock)
+        # A Lock garbage-collected while held stops being renewed (its lease then
+        # runs out) instead of being kept alive by an orphaned entry.
+        self.lock_ref = weakref.ref(lock, lambda _ref: watchdog.unwatch(self))
         self.owner = owner
         self.client = client
         self.key = key
@@ -77,9 +79,11 @@ class Watchdog:
         return entry
 
     def unwatch(self, entry: WatchEntry) -> None:
-        """Stop renewing *entry*."""
+        """Stop renewing *entry*; the thread exits promptly once nothing is left."""
         with self._cond:
             self._entries.pop(id(entry), None)
+            if not self._entries and self._thread is not None:
+                self._cond.notify()
 
     @property
     def running(self) -> bool:
@@ -115,8 +119,6 @@ class Watchdog:
         by_client: dict[int, list[WatchEntry]] = {}
         for entry in batch:
             if entry.lock_ref() is None:
-                # The Lock object was garbage-collected while held: stop renewing
-                # and let the lease run out rather than keep an orphan alive.
                 self.unwatch(entry)
                 continue
             by_client.setdefault(id(entry.client), []).append(entry)

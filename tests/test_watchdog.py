@@ -1,0 +1,135 @@
+"""Auto-renewal: leases outlive their TTL while held, losses are reported, forks are safe."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from django_redislock import LockLost, LockManager, signals
+from django_redislock.renewal import watchdog
+
+
+def _wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_held_lock_is_renewed_past_its_ttl(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name, ttl=0.3)
+    with lock:
+        # Wait for several renewals (each at ~ttl/3) by watching the lease refresh.
+        renewals = 0
+        last = lock.ttl()
+        deadline = time.monotonic() + 5
+        while renewals < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            now = lock.ttl()
+            assert now is not None, "lease expired although the watchdog should renew it"
+            renewals += now > last + 0.02
+            last = now
+        assert renewals >= 4
+        assert lock.owned() and not lock.lost
+
+
+def test_without_auto_renew_the_lease_expires(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name, ttl=0.2, auto_renew=False)
+    lock.acquire()
+    _wait_until(lambda: not lock.locked(), 5, "lease expiry")
+    with pytest.raises(LockLost):
+        lock.__exit__(None, None, None)
+
+
+def test_renewal_that_finds_lock_gone_marks_it_lost(manager: LockManager, name: str) -> None:
+    lost = threading.Event()
+    reasons: list[str] = []
+
+    def on_lost(**kwargs) -> None:
+        reasons.append(kwargs["reason"])
+        lost.set()
+
+    signals.lock_lost.connect(on_lost)
+    try:
+        with pytest.raises(LockLost):
+            with manager.lock(name, ttl=0.3) as lock:
+                manager.force_release(name)
+                manager.lock(name, owner="intruder").acquire()
+                assert lost.wait(5), "lock_lost was not sent"
+                assert lock.lost
+    finally:
+        signals.lock_lost.disconnect(on_lost)
+    assert "no longer held" in reasons[0]
+    # The intruder's lock was not touched by our exit.
+    assert manager.get(name).owner == "intruder"
+    manager.lock(name, owner="intruder").release()
+
+
+def test_garbage_collected_lock_is_no_longer_renewed(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name, ttl=0.3)
+    lock.acquire()
+    assert watchdog.watched() >= 1
+    del lock
+    _wait_until(lambda: watchdog.watched() == 0, 5, "the orphaned entry to be dropped")
+    _wait_until(lambda: manager.get(name) is None, 5, "the orphaned lease to expire")
+
+
+def test_watchdog_stops_when_nothing_is_held(manager: LockManager, name: str) -> None:
+    with manager.lock(name, ttl=30):
+        assert watchdog.running
+    # Well before the next renewal would be due (10 s): the thread exits on its own.
+    _wait_until(lambda: not watchdog.running, 5, "the watchdog thread to exit")
+    assert watchdog.watched() == 0
+
+
+def test_many_locks_are_renewed_together(manager: LockManager, name: str) -> None:
+    held = [manager.lock(f"{name}:{i}", ttl=0.3) for i in range(50)]
+    for lock in held:
+        lock.acquire()
+    time.sleep(0)  # let the watchdog run
+    _wait_until(lambda: all(lock.ttl() > 0.25 for lock in held), 5, "renewal of all locks")
+    # Hold past several leases; none may expire.
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert all(lock.ttl() is not None for lock in held[:5])
+        time.sleep(0.05)
+    assert all(lock.owned() for lock in held)
+    for lock in held:
+        lock.release()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_neither_renews_nor_releases_parents_lock(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name, ttl=0.6)
+    lock.acquire()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        outcome = "?"
+        try:
+            os.close(read_fd)
+            results = [
+                "watchdog-idle" if not watchdog.running and watchdog.watched() == 0 else "watchdog-busy",
+                "owned" if lock.owned() else "not-owned",
+            ]
+            try:
+                lock.release()
+                results.append("released")
+            except Exception as exc:
+                results.append(type(exc).__name__)
+            outcome = ",".join(results)
+        finally:
+            os.write(write_fd, outcome.encode())
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        outcome = pipe.read()
+    os.waitpid(pid, 0)
+    assert outcome == "watchdog-idle,not-owned,LockNotOwned"
+    # The parent still holds and renews it past its lease.
+    time.sleep(0.8)
+    assert lock.owned()
+    lock.release()
