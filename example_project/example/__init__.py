@@ -1,0 +1,1 @@
+"""A small Django site that shows django-redislock at work."""

@@ -1,0 +1,92 @@
+"""Views of the example project: plain Django, the lock code lives in :mod:`.demos`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from django_redislock import LockInfo, locks
+
+from . import demos
+
+MAX_HOLD_SECONDS = 600
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """The page listing what the example shows."""
+    return render(
+        request,
+        "example/home.html",
+        {"counter": demos.read_counter(), "held": list(locks.active())},
+    )
+
+
+@require_POST
+def counter(request: HttpRequest) -> HttpResponse:
+    """Run the critical-section demo, then go back home with the result."""
+    use_lock = request.POST.get("without_lock") != "on"
+    result = demos.count_in_threads(use_lock=use_lock)
+    how = "inside locks.lock()" if use_lock else "WITHOUT a lock"
+    text = (
+        f"{result.threads} threads x {result.per_thread} increments {how} "
+        f"in {result.seconds * 1000:.0f} ms: counter {result.before} -> {result.after}, "
+        f"{result.lost} update(s) lost."
+    )
+    if result.fences:
+        text += f" Fencing tokens {min(result.fences)} ... {max(result.fences)}."
+    level = messages.SUCCESS if result.lost == 0 and not result.errors else messages.WARNING
+    messages.add_message(request, level, text)
+    return redirect("home")
+
+
+@require_POST
+def hold(request: HttpRequest) -> HttpResponse:
+    """Hold a named lock for N seconds in a background thread."""
+    name = request.POST.get("name", "").strip() or "demo:report"
+    try:
+        seconds = float(request.POST.get("seconds", "30"))
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_HOLD_SECONDS:
+        messages.error(request, f"Seconds must be between 0 and {MAX_HOLD_SECONDS}.")
+    elif len(name) > 200:
+        messages.error(request, "That name is too long for this demo.")
+    elif demos.hold_in_background(name, seconds):
+        messages.success(request, f"Holding lock {name!r} for {seconds:g} s.")
+    else:
+        messages.warning(request, f"Lock {name!r} is already held.")
+    return redirect("home")
+
+
+def _as_json(info: LockInfo) -> dict[str, Any]:
+    def number(value: float | None) -> float | None:
+        return None if value is None or math.isinf(value) else round(value, 3)
+
+    return {
+        "name": info.name,
+        "owner": info.owner,
+        "hold_count": info.hold_count,
+        "fencing_token": info.fencing_token,
+        "acquired_at": info.acquired_at.isoformat() if info.acquired_at else None,
+        "ttl": number(info.ttl),
+        "lease": number(info.lease),
+        "host": info.host,
+        "pid": info.pid,
+        "thread": info.thread,
+        "purpose": info.purpose,
+        "extra": info.extra,
+    }
+
+
+@require_GET
+def locks_json(request: HttpRequest) -> JsonResponse:
+    """The held locks (``locks.active()``), optionally filtered by ``?prefix=``."""
+    prefix = request.GET.get("prefix", "")
+    rows = sorted((_as_json(info) for info in locks.active(prefix)), key=lambda r: r["name"])
+    return JsonResponse({"locks": rows})

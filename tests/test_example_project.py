@@ -1,0 +1,144 @@
+"""Smoke test of example_project/: its dev server, on its own port, against the test Redis."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+
+from tests.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "example_project"
+START_TIMEOUT = 10.0
+
+
+class Browser:
+    """Just enough of a browser: cookies, CSRF token, redirects followed."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        with self.opener.open(self.base + path, timeout=10) as response:
+            return response.status, response.read()
+
+    def post(self, path: str, data: dict[str, str]) -> tuple[int, bytes]:
+        token = next(c.value for c in self.jar if c.name == "csrftoken")
+        body = urllib.parse.urlencode({**data, "csrfmiddlewaretoken": token}).encode()
+        with self.opener.open(self.base + path, data=body, timeout=30) as response:
+            return response.status, response.read()
+
+
+@pytest.fixture
+def example_server(tmp_path: Path) -> Iterator[str]:
+    """The example project's dev server on a free port; yields its base URL."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "example.settings",
+        "REDIS_URL": settings.REDIS_URL,
+        "EXAMPLE_DATABASE": str(tmp_path / "db.sqlite3"),
+    }
+    process = subprocess.Popen(
+        [sys.executable, str(EXAMPLE / "manage.py"), "runserver", "--noreload",
+         f"127.0.0.1:{port}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if process.poll() is not None:
+                output = process.stdout.read().decode() if process.stdout else ""
+                pytest.fail(f"the example server exited with {process.returncode}:\n{output}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the example server did not listen within {START_TIMEOUT} s")
+                time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def _locks(browser: Browser) -> list[dict[str, Any]]:
+    status, body = browser.get("/locks.json")
+    assert status == 200
+    rows: list[dict[str, Any]] = json.loads(body)["locks"]
+    return rows
+
+
+def test_example_pages_and_actions(example_server: str, redis_client: redis.Redis) -> None:
+    browser = Browser(example_server)
+    status, body = browser.get("/")
+    assert status == 200
+    assert b"Critical section" in body
+    assert _locks(browser) == []
+
+    status, body = browser.post("/counter/", {})
+    assert status == 200  # after the redirect home
+    assert int(redis_client.get("example:counter") or 0) == 100
+    assert b"0 update(s) lost" in body
+
+    status, body = browser.post("/hold/", {"name": "smoke:held", "seconds": "3"})
+    assert status == 200
+    assert b"Holding lock" in body
+    rows = _locks(browser)
+    assert [row["name"] for row in rows] == ["smoke:held"]
+    assert rows[0]["purpose"] == "held for 3 s from the example home page"
+    assert rows[0]["owner"].startswith("example-hold:")
+    assert rows[0]["fencing_token"] > 0
+
+    status, body = browser.post("/hold/", {"name": "smoke:held", "seconds": "3"})
+    assert b"is already held" in body
+
+
+def test_embedded_redis_stops_with_its_keeper(tmp_path: Path) -> None:
+    url_file = tmp_path / "url"
+    keeper = subprocess.Popen(
+        [sys.executable, str(EXAMPLE / "embedded_redis.py"), "--url-file", str(url_file)],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not url_file.exists():
+            assert keeper.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        url = url_file.read_text().strip()
+        client = redis.Redis.from_url(url, socket_timeout=2)
+        assert client.ping()
+        keeper.send_signal(signal.SIGTERM)
+        assert keeper.wait(10) == 0
+        assert not url_file.exists()
+        with pytest.raises(redis.ConnectionError):
+            redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+            keeper.wait(5)
