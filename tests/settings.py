@@ -14,8 +14,11 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # Serves the admin's CSS/JS to the browser tests' live server.
+    "django.contrib.staticfiles",
     "django_redislock",
 ]
+STATIC_URL = "/static/"
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

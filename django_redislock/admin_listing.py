@@ -1,0 +1,174 @@
+"""Bounded, SCAN-based listing of held locks for the admin lock viewer.
+
+One request never loads every lock: it continues a ``SCAN`` from a cursor,
+loads the lock hashes it finds (pipelined), keeps those that pass the search
+and filters, and stops once it has a *window* of rows, has examined *budget*
+keys, or the scan is complete. Sorting applies to that window; when the scan
+stopped early the caller shows "more than N" and offers the next cursor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from redis.exceptions import RedisError, ResponseError
+
+from .info import LockInfo
+from .keys import KeySpace, glob_escape
+from .manager import LockManager
+from .scripts import backend_error
+
+#: Accepted values of the ``o`` (ordering) query parameter.
+ORDERINGS = ("name", "-name", "age", "-age", "ttl", "-ttl")
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """What the operator asked for: search text, filters, ordering, scan cursor."""
+
+    search: str = ""
+    #: "contains" or "prefix".
+    mode: str = "contains"
+    host: str = ""
+    kind: str = ""
+    order: str = "name"
+    cursor: int = 0
+
+    def matches(self, info: LockInfo) -> bool:
+        """True if *info* passes the search and the filters."""
+        if self.search:
+            if self.mode == "prefix":
+                if not info.name.startswith(self.search):
+                    return False
+            elif self.search not in info.name:
+                return False
+        if self.host and (info.host or "") != self.host:
+            return False
+        if self.kind and info.kind != self.kind:
+            return False
+        return True
+
+
+@dataclass
+class Window:
+    """The rows one request found, and where the scan stopped."""
+
+    rows: list[LockInfo]
+    #: Keys loaded and tested (matched by the SCAN pattern).
+    examined: int
+    #: The cursor to continue from; 0 when the scan went through the whole keyspace.
+    next_cursor: int
+    #: Owner hosts and kinds seen among the examined locks (for the filter lists).
+    hosts: set[str] = field(default_factory=set)
+    kinds: set[str] = field(default_factory=set)
+
+    @property
+    def complete(self) -> bool:
+        """True if no matching lock was left unexamined."""
+        return self.next_cursor == 0
+
+
+def scan_pattern(keyspace: KeySpace, query: ListQuery) -> str:
+    """The SCAN MATCH pattern for *query*; a superset that :meth:`ListQuery.matches` narrows.
+
+    Glob metacharacters in the search text are escaped, so they match themselves.
+    """
+    if query.mode == "prefix" or not query.search:
+        return keyspace.match_pattern(query.search)
+    return keyspace.match_pattern("") + "*" + glob_escape(query.search) + "*"
+
+
+def _sort_key(order: str) -> Callable[[LockInfo], Any]:
+    field_name = order.lstrip("-")
+    if field_name == "age":
+        # Oldest first for "age"; unknown acquisition times sort last.
+        return lambda i: (i.acquired_at is None, i.acquired_at.timestamp() if i.acquired_at else 0)
+    if field_name == "ttl":
+        return lambda i: (i.ttl is None, i.ttl if i.ttl is not None else math.inf, i.name)
+    return lambda i: i.name
+
+
+def sort_rows(rows: list[LockInfo], order: str) -> list[LockInfo]:
+    """*rows* sorted by name, age or remaining lease; a leading ``-`` reverses."""
+    if order not in ORDERINGS:
+        order = "name"
+    return sorted(rows, key=_sort_key(order), reverse=order.startswith("-"))
+
+
+def load_infos(client: Any, keyspace: KeySpace, keys: list[Any]) -> list[LockInfo]:
+    """Snapshot the locks at *keys* (one pipeline); keys gone meanwhile are skipped.
+
+    Keys written by other tools show with what is known: a key that is not a hash
+    or whose fields do not parse still yields a row with its name and lease.
+    """
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.hgetall(key)
+        pipe.pttl(key)
+    replies = pipe.execute(raise_on_error=False)
+    out: list[LockInfo] = []
+    for i, raw_key in enumerate(keys):
+        key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else str(raw_key)
+        name = keyspace.name_from_key(key)
+        fields, pttl = replies[2 * i], replies[2 * i + 1]
+        if name is None or isinstance(pttl, Exception) or int(pttl) == -2:
+            continue
+        ttl = math.inf if int(pttl) < 0 else int(pttl) / 1000.0
+        if isinstance(fields, ResponseError):
+            out.append(LockInfo(name=name, key=key, ttl=ttl, kind="foreign"))
+            continue
+        try:
+            out.append(LockInfo.from_redis(name, key, fields, int(pttl)))
+        except (ValueError, OverflowError, OSError, TypeError):
+            out.append(LockInfo(name=name, key=key, ttl=ttl, kind="foreign"))
+    return out
+
+
+def scan_window(
+    manager: LockManager,
+    query: ListQuery,
+    *,
+    window: int = 1000,
+    budget: int = 20000,
+    batch: int = 1000,
+    max_calls: int = 200,
+) -> Window:
+    """Collect up to about *window* rows matching *query*, continuing from ``query.cursor``.
+
+    Bounded work: at most *budget* keys loaded and *max_calls* SCAN calls.
+    Whole SCAN batches are processed so the returned cursor loses nothing.
+    """
+    backend = manager.backend()
+    client, keyspace = backend.client, backend.keyspace
+    pattern = scan_pattern(keyspace, query)
+    rows: list[LockInfo] = []
+    hosts: set[str] = set()
+    kinds: set[str] = set()
+    cursor, examined, calls = query.cursor, 0, 0
+    try:
+        while True:
+            cursor, keys = client.scan(cursor, match=pattern, count=batch)
+            cursor = int(cursor)
+            calls += 1
+            if keys:
+                infos = load_infos(client, keyspace, list(keys))
+                examined += len(infos)
+                for info in infos:
+                    if info.host:
+                        hosts.add(info.host)
+                    kinds.add(info.kind)
+                    if query.matches(info):
+                        rows.append(info)
+            if cursor == 0 or len(rows) >= window or examined >= budget or calls >= max_calls:
+                break
+    except RedisError as exc:
+        raise backend_error(exc, "list the locks", None) from exc
+    return Window(
+        rows=sort_rows(rows, query.order),
+        examined=examined,
+        next_cursor=cursor,
+        hosts=hosts,
+        kinds=kinds,
+    )
