@@ -10,6 +10,9 @@ The public API::
 Everything not listed in ``__all__`` is private or documented as advanced.
 """
 
+from typing import Any
+
+from .decorators import single_instance
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .info import LockInfo
 from .lock import Lock
@@ -25,6 +28,18 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "locks",
+    "single_instance",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # SingleInstanceTask needs Celery: import it only when asked for (and keep it
+    # out of __all__ so that a star import works without Celery).
+    if name == "SingleInstanceTask":
+        from .celery import SingleInstanceTask
+
+        return SingleInstanceTask
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __version__ = "0.1.0"

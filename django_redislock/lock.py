@@ -84,6 +84,9 @@ class Lock:
         the current thread/task.
     :param purpose: a short human description, shown in the admin.
     :param extra: a JSON-serialisable dict of further metadata.
+    :param meta: JSON-serialisable top-level metadata fields merged into the
+        stored meta (e.g. ``task_id``, ``task_name``, ``kind`` for the admin);
+        they never replace ``host``/``pid``/``thread``/``purpose``/``extra``.
     :param raise_on_lost: whether leaving a ``with`` block whose lock was lost
         raises :class:`LockLost` (default ``REDISLOCK_RAISE_ON_LOST``).
     """
@@ -102,6 +105,7 @@ class Lock:
         extra: dict[str, Any] | None = None,
         raise_on_lost: bool | None = None,
         no_expiry: bool = False,
+        meta: dict[str, Any] | None = None,
     ) -> None:
         self.name = validate_name(name)
         if manager is None:
@@ -137,6 +141,14 @@ class Lock:
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"extra must be JSON-serialisable: {exc}") from None
         self.extra = extra
+        if meta is not None:
+            if not isinstance(meta, dict):
+                raise TypeError(f"meta must be a dict, not {type(meta).__name__}")
+            try:
+                json.dumps(meta)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"meta must be JSON-serialisable: {exc}") from None
+        self.meta = meta
         if raise_on_lost is None:
             raise_on_lost = bool(get_setting("REDISLOCK_RAISE_ON_LOST"))
         self.raise_on_lost = raise_on_lost
@@ -178,6 +190,9 @@ class Lock:
             meta["purpose"] = self.purpose
         if self.extra:
             meta["extra"] = self.extra
+        if self.meta:
+            for field, value in self.meta.items():
+                meta.setdefault(field, value)
         return json.dumps(meta, separators=(",", ":"))
 
     def _run(self, script: Script, backend: Backend, keys: LockKeys, args: Sequence[Any], action: str) -> Any:
@@ -329,8 +344,12 @@ class Lock:
 
     # -- release, extend -------------------------------------------------------
 
-    def release(self) -> None:
+    def release(self) -> int:
         """Release one hold; the lock is freed (and handed to the next waiter) on the last.
+
+        Returns the hold count left in Redis (0 = the lock is now free). The
+        count includes holds taken by other ``Lock`` objects with the same
+        explicit owner (e.g. a Celery task's enqueue-time hold).
 
         Raises :class:`LockNotOwned` when the caller's owner does not hold the
         lock (nothing changes), :class:`LockBackendError` when Redis cannot
@@ -360,6 +379,7 @@ class Lock:
         signals.lock_released.send(
             sender=Lock, lock=self, name=self.name, owner=owner, hold_count=remaining
         )
+        return remaining
 
     def _forget(self, owner: str) -> None:
         hold = self._holds.pop(owner, None)

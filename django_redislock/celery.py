@@ -1,0 +1,370 @@
+"""Single-instance Celery tasks: :class:`SingleInstanceTask` and the worker-side handlers.
+
+Importing this module imports Celery (``pip install django-redislock[celery]``);
+nothing else in the package does.
+
+How a task's lock lives:
+
+* owner = the task id, so the lock taken by ``apply_async`` (with
+  ``unique_on_enqueue``) is re-entered by the worker that runs the task, and
+  released by it when the task ends;
+* the run-time check happens in the worker for every execution, so tasks sent
+  by name (``send_task``, beat, other services) are single-instance too;
+* the watchdog renews the lease while the task runs; a killed worker's lock
+  frees itself within one lease;
+* every release is owner-checked (a release never deletes another task's lock).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from typing import Any, Callable
+
+from celery import Task
+from celery._state import get_current_task
+from celery.exceptions import Retry
+from celery.signals import task_revoked
+from celery.utils import uuid
+
+from ._keys_template import KeySpec
+from .decorators import DEFAULT, MAX_HOLDS, TASK_MODES, GuardConfig, not_acquired
+from .exceptions import LockNotAcquired, LockNotOwned
+from .lock import Lock
+
+logger = logging.getLogger("django_redislock.celery")
+
+__all__ = ["DuplicateTaskError", "SingleInstanceTask", "is_skipped", "run_decorated_task"]
+
+
+class DuplicateTaskError(LockNotAcquired):
+    """``apply_async`` found the same task already queued or running (``on_duplicate="raise"``).
+
+    ``task_id`` is the id of the task holding the lock (None if it is not a task).
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, task_id: str | None = None):
+        super().__init__(message, name=name)
+        self.task_id = task_id
+
+
+def is_skipped(result: Any) -> bool:
+    """Whether a task result is the marker of a run skipped because its lock was held."""
+    return isinstance(result, dict) and result.get("redislock") == "skipped"
+
+
+def _skipped(name: str, holder: str | None) -> dict[str, Any]:
+    return {"redislock": "skipped", "reason": "lock held", "lock": name, "holder": holder}
+
+
+def _task_meta(task: Task, task_id: str | None) -> dict[str, Any]:
+    return {"kind": "task", "task_id": task_id, "task_name": task.name}
+
+
+def release_all(lock: Lock) -> bool:
+    """Release every hold of *lock*'s owner (enqueue-time and worker holds alike).
+
+    Owner-checked: returns False (and changes nothing) when the lock is no
+    longer this owner's, e.g. because its lease ran out.
+    """
+    for _ in range(MAX_HOLDS):
+        try:
+            remaining = lock.release()
+        except LockNotOwned:
+            return False
+        if remaining <= 0:
+            return True
+    logger.error("redislock: lock %r still held after %d releases", lock.name, MAX_HOLDS)
+    return False
+
+
+def _delay_seconds(countdown: Any = None, eta: Any = None) -> float:
+    """Seconds from now until a task sent with *countdown*/*eta* (or a Retry's ``when``) runs."""
+    if eta is None and isinstance(countdown, dt.datetime):
+        countdown, eta = None, countdown
+    if countdown is not None:
+        return max(0.0, float(countdown))
+    if isinstance(eta, str):
+        eta = dt.datetime.fromisoformat(eta)
+    if isinstance(eta, dt.datetime):
+        now = dt.datetime.now(eta.tzinfo) if eta.tzinfo else dt.datetime.now()
+        return max(0.0, (eta - now).total_seconds())
+    return 0.0
+
+
+def run_guarded(
+    task: Task,
+    config: GuardConfig,
+    spec: KeySpec,
+    call_args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    body: Callable[[], Any],
+) -> Any:
+    """Run *body* (one execution of *task*) under its single-instance lock."""
+    task_id = task.request.id
+    name = spec.render(call_args, kwargs)
+    owner = task_id
+    if owner is None:
+        owner = config.owner if isinstance(config.owner, str) else None
+    lock = config.make_lock(name, owner, meta=_task_meta(task, task_id))
+    on_locked = "skip" if config.on_locked is DEFAULT else config.on_locked
+    if not config.acquire(lock, wait=on_locked == "wait"):
+        return _task_locked(task, config, on_locked, name, call_args, kwargs)
+    try:
+        result = body()
+    except Retry as exc:
+        if config.lock_on_retry == "keep":
+            _keep_for_retry(lock, exc, config)
+        else:
+            release_all(lock)
+        raise
+    except BaseException:
+        _release_at_end(lock, task)
+        raise
+    _release_at_end(lock, task)
+    return result
+
+
+def _release_at_end(lock: Lock, task: Task) -> None:
+    if not release_all(lock):
+        logger.warning(
+            "redislock: task %s[%s] lost its lock %r before it finished "
+            "(lease expired or force-released); another run may have overlapped",
+            task.name, task.request.id, lock.name,
+        )
+
+
+def _keep_for_retry(lock: Lock, exc: Retry, config: GuardConfig) -> None:
+    # The retry runs later under the same task id (= owner): keep the lease long
+    # enough to cover the countdown, and stop renewing it from this execution.
+    lease = lock.ttl_seconds or 0.0
+    try:
+        lock.extend(_delay_seconds(exc.when) + lease, replace_ttl=True)
+    except LockNotOwned:
+        pass
+    lock._forget(lock.owner)
+
+
+def _task_locked(
+    task: Task, config: GuardConfig, on_locked: Any, name: str,
+    call_args: tuple[Any, ...], kwargs: dict[str, Any],
+) -> Any:
+    info = config.lock_manager().get(name)
+    holder = None if info is None else (info.task_id or info.owner)
+    logger.warning(
+        "redislock: task %s[%s] found lock %r held by %s (on_locked=%s)",
+        task.name, task.request.id, name, holder, getattr(on_locked, "__name__", on_locked),
+    )
+    if on_locked == "skip":
+        return _skipped(name, holder)
+    if on_locked in ("raise", "wait"):
+        raise not_acquired(name, info)
+    if on_locked == "retry":
+        countdown = 1
+        if info is not None and info.ttl is not None and not math.isinf(info.ttl):
+            countdown = max(1, math.ceil(info.ttl))
+        raise task.retry(countdown=countdown, exc=not_acquired(name, info))
+    if callable(on_locked):
+        return on_locked(info, *call_args, **kwargs)
+    raise ValueError(f"on_locked for a Celery task must be one of {TASK_MODES} or a callable")
+
+
+def run_decorated_task(
+    task: Task, config: GuardConfig, func: Callable[..., Any],
+    args: tuple[Any, ...], kwargs: dict[str, Any],
+) -> Any:
+    """Run the body of a ``@single_instance``-decorated task under its lock."""
+    spec = config.spec
+    call_args = args
+    if args and args[0] is task:  # bind=True: self is no part of the key
+        spec, call_args = _bound_spec(config), args[1:]
+    return run_guarded(task, config, spec, call_args, kwargs, lambda: func(*args, **kwargs))
+
+
+def _bound_spec(config: GuardConfig) -> KeySpec:
+    spec = config.spec.__dict__.get("_bound")
+    if spec is None:
+        spec = config.spec.without_self()
+        config.spec.__dict__["_bound"] = spec
+    return spec
+
+
+class SingleInstanceTask(Task):  # type: ignore[misc]
+    """A Celery task base class: one execution at a time per lock key.
+
+    Configure with task options (``@app.task(base=SingleInstanceTask, lock_key=...)``)
+    or class attributes:
+
+    * ``lock_key``: key template / callable / ``single_instance.ARGS`` /
+      None (the task name);
+    * ``lock_ttl``: lease in seconds (default ``REDISLOCK_DEFAULT_TTL``),
+      renewed while the task runs;
+    * ``lock_timeout``: seconds to wait for a held lock at run time (0);
+    * ``on_locked``: ``"skip"`` (default), ``"retry"``, ``"wait"``, ``"raise"``
+      or a callable ``(lock_info, *args, **kwargs)``;
+    * ``unique_on_enqueue``: take the lock in ``apply_async`` so a duplicate is
+      not even queued (False);
+    * ``on_duplicate``: with ``unique_on_enqueue``, ``"return"`` the holder's
+      AsyncResult (default) or ``"raise"`` :class:`DuplicateTaskError`;
+    * ``lock_on_retry``: ``"keep"`` (default) or ``"release"`` on ``self.retry()``;
+    * ``lock_manager``: a LockManager (default ``django_redislock.locks``).
+    """
+
+    lock_key: Any = None
+    lock_ttl: float | None = None
+    lock_timeout: float | None = 0
+    on_locked: Any = "skip"
+    unique_on_enqueue: bool = False
+    on_duplicate: str = "return"
+    lock_on_retry: str = "keep"
+    lock_manager: Any = None
+
+    _redislock_config: GuardConfig | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        run = cls.__dict__.get("run")
+        if run is not None:
+            cls._redislock_config = cls._build_lock_config(run)
+
+    @classmethod
+    def _build_lock_config(cls, run: Any) -> GuardConfig:
+        if cls.on_duplicate not in ("return", "raise"):
+            raise ValueError(f"on_duplicate must be 'return' or 'raise', not {cls.on_duplicate!r}")
+        if cls.lock_on_retry not in ("keep", "release"):
+            raise ValueError(
+                f"lock_on_retry must be 'keep' or 'release', not {cls.lock_on_retry!r}"
+            )
+        if not (cls.on_locked in TASK_MODES or callable(cls.on_locked)):
+            raise ValueError(f"on_locked must be one of {TASK_MODES} or a callable")
+        bound = not isinstance(run, staticmethod)
+        func = run.__func__ if isinstance(run, staticmethod) else run
+        name = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
+        return GuardConfig(
+            spec=KeySpec(cls.lock_key, func, base=name, skip_self=bound),
+            ttl=cls.lock_ttl,
+            timeout=cls.lock_timeout,
+            on_locked=cls.on_locked,
+            owner=None,
+            lock_on_retry=cls.lock_on_retry,
+            manager=cls.lock_manager,
+        )
+
+    def _lock_config(self) -> GuardConfig:
+        config = self._redislock_config
+        if config is None:
+            config = type(self)._redislock_config = self._build_lock_config(type(self).run)
+        return config
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the task body under its lock (in the worker, eagerly, or called directly)."""
+        config = self._lock_config()
+        return run_guarded(
+            self, config, config.spec, args, kwargs,
+            lambda: super(SingleInstanceTask, self).__call__(*args, **kwargs),
+        )
+
+    def apply_async(
+        self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
+        *rest: Any, **options: Any,
+    ) -> Any:
+        """Send the task; with ``unique_on_enqueue``, only if no identical task is pending.
+
+        Returns the new task's AsyncResult, or the AsyncResult of the identical
+        task already queued or running.
+        """
+        if not self.unique_on_enqueue or "retries" in options or rest:
+            # A retry re-sends the same task id, whose lock is kept or was released.
+            return super().apply_async(args, kwargs, task_id, *rest, **options)
+        config = self._lock_config()
+        name = config.spec.render(tuple(args or ()), dict(kwargs or {}))
+        task_id = task_id or uuid()
+        lease = config.ttl
+        if lease is None:
+            from .conf import get_setting
+
+            lease = float(get_setting("REDISLOCK_DEFAULT_TTL"))
+        # The lock must outlive the wait for a countdown/ETA, then the worker renews it.
+        lease += _delay_seconds(options.get("countdown"), options.get("eta"))
+        lock = config.lock_manager().lock(
+            name, ttl=lease, owner=task_id, auto_renew=False, meta=_task_meta(self, task_id)
+        )
+        for _ in range(3):  # the holder may release between our attempt and our look
+            if lock.acquire(blocking=False):
+                break
+            duplicate = self._duplicate(config, name)
+            if duplicate is _Unlocked:
+                return super().apply_async(args, kwargs, task_id, **options)
+            if duplicate is not None:
+                return duplicate
+        else:
+            raise not_acquired(name, config.lock_manager().get(name))
+        try:
+            return super().apply_async(args, kwargs, task_id, **options)
+        except BaseException:
+            release_all(lock)  # the message was never sent: leave no lock behind
+            raise
+
+    def _duplicate(self, config: GuardConfig, name: str) -> Any:
+        info = config.lock_manager().get(name)
+        if info is None:
+            return None
+        holder = info.task_id
+        running = get_current_task()
+        running_id = getattr(getattr(running, "request", None), "id", None)
+        if holder is not None and holder == running_id:
+            # The running task re-schedules itself: its new copy is guarded at run time.
+            return _Unlocked
+        logger.warning(
+            "redislock: task %s not queued: lock %r held by task %s", self.name, name, holder
+        )
+        if self.on_duplicate == "raise" or holder is None:
+            raise DuplicateTaskError(
+                f"task {self.name} with lock {name!r} is already queued or running "
+                f"(held by {holder or info.owner})",
+                name=name, task_id=holder,
+            )
+        return self.AsyncResult(holder)
+
+
+class _UnlockedMarker:
+    pass
+
+
+_Unlocked: Any = _UnlockedMarker()
+
+
+@task_revoked.connect(weak=False, dispatch_uid="django_redislock.release_on_revoke")
+def _release_on_revoke(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+    """Free a revoked (or expired, or terminated) task's lock, in the worker's main process."""
+    task = sender
+    task_id = getattr(request, "id", None)
+    if task is None or task_id is None:
+        return
+    try:
+        spec_config = _config_of(task)
+        if spec_config is None:
+            return
+        config, spec = spec_config
+        name = spec.render(tuple(getattr(request, "args", None) or ()),
+                           dict(getattr(request, "kwargs", None) or {}))
+        lock = config.lock_manager().lock(name, owner=task_id, auto_renew=False)
+        if release_all(lock):
+            logger.info("redislock: released lock %r of revoked task %s", name, task_id)
+    except Exception:  # a signal handler must not break the worker
+        logger.exception("redislock: could not release the lock of revoked task %s", task_id)
+
+
+def _config_of(task: Any) -> tuple[GuardConfig, KeySpec] | None:
+    if isinstance(task, SingleInstanceTask):
+        config = task._lock_config()
+        return config, config.spec
+    run = type(task).__dict__.get("run")
+    func = run.__func__ if isinstance(run, staticmethod) else run
+    config = getattr(func, "_redislock_config", None)
+    if config is None:
+        return None
+    if isinstance(run, staticmethod):
+        return config, config.spec
+    return config, _bound_spec(config)

@@ -1,0 +1,341 @@
+"""``@single_instance``: one running call at a time, for functions, views and Celery tasks.
+
+One decorator, three behaviours chosen per call:
+
+* a **Celery task** (the decorator stacked under ``@app.task``/``@shared_task``):
+  the lock's owner is the task id; see :mod:`django_redislock.celery`;
+* a **Django view** (the first argument is an ``HttpRequest``): when the lock is
+  held, answer ``409 Conflict`` with ``Retry-After``;
+* any other **function**, sync or ``async def``: when the lock is held, raise
+  :class:`~django_redislock.LockNotAcquired` (or what ``on_locked`` says).
+
+``async def`` functions and views run the lock calls off the event loop
+(``sync_to_async(thread_sensitive=False)``) with a fresh owner token per call.
+A native asyncio lock will replace that without changing this API.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+import secrets
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from django.http import HttpRequest, HttpResponse
+
+from ._keys_template import ARGS, KeySpec, dotted_name
+from .exceptions import LockNotAcquired
+from .info import LockInfo
+
+if TYPE_CHECKING:
+    from .lock import Lock
+    from .manager import LockManager
+
+logger = logging.getLogger("django_redislock")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: ``on_locked`` default: raise (functions), 409 (views), ``"skip"`` (tasks).
+DEFAULT: Any = _Default()
+
+#: The ``on_locked`` modes understood by Celery tasks.
+TASK_MODES = ("skip", "retry", "wait", "raise")
+
+#: How many holds a full release may undo before giving up (bounds the loop).
+MAX_HOLDS = 1000
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """The options of one ``single_instance`` use, shared by every call path."""
+
+    spec: KeySpec
+    ttl: float | None
+    timeout: float | None
+    on_locked: Any
+    owner: str | Callable[..., str] | None
+    lock_on_retry: str
+    manager: LockManager | None
+
+    def lock_manager(self) -> LockManager:
+        """The manager to make locks with (default: ``django_redislock.locks``)."""
+        if self.manager is not None:
+            return self.manager
+        from .manager import locks
+
+        return locks
+
+    def make_lock(self, name: str, owner: str | None, **options: Any) -> Lock:
+        """A Lock on *name* with this config's lease."""
+        if self.ttl is not None:
+            options["ttl"] = self.ttl
+        return self.lock_manager().lock(name, owner=owner, **options)
+
+    def acquire(self, lock: Lock, *, wait: bool = False) -> bool:
+        """Try *lock* within ``timeout`` (0: one attempt; None: no limit)."""
+        timeout = self.timeout
+        if wait and timeout == 0:
+            timeout = None
+        if timeout == 0:
+            return lock.acquire(blocking=False)
+        return lock.acquire(blocking=True, timeout=timeout)
+
+
+def single_instance(
+    key: str | Callable[..., str] | None = None,
+    *,
+    ttl: float | None = None,
+    timeout: float | None = 0,
+    on_locked: Any = DEFAULT,
+    owner: str | Callable[..., str] | None = None,
+    lock_on_retry: str = "keep",
+    manager: LockManager | None = None,
+) -> Callable[[F], F]:
+    """Let only one call of the decorated function run at a time, per lock key.
+
+    :param key: the lock name: a ``str.format`` template over the function's
+        arguments (``"sync:{account_id}"``, ``"{user.pk}"``), a callable
+        receiving the call's arguments and returning the name, ``None`` (the
+        function's dotted name: one call at a time, whatever the arguments) or
+        :data:`single_instance.ARGS` (the dotted name plus a digest of all the
+        arguments). Positional and keyword spellings give the same name.
+    :param ttl: the lease in seconds (default ``REDISLOCK_DEFAULT_TTL``); the
+        watchdog renews it while the call runs.
+    :param timeout: how long to wait for a held lock before ``on_locked``
+        applies (0 = do not wait, None = no limit).
+    :param on_locked: what a call that finds the lock held does. Functions:
+        raise ``LockNotAcquired`` (default), ``"skip"`` (return None), a
+        callable ``(lock_info, *args, **kwargs)`` whose result is returned, or
+        any other value to return. Views: a 409 response with ``Retry-After``
+        (default), an ``HttpResponse``, a callable ``(request, lock_info)``, or
+        ``"raise"``. Celery tasks: ``"skip"`` (default), ``"retry"``,
+        ``"wait"``, ``"raise"`` or a callable ``(lock_info, *args, **kwargs)``.
+    :param owner: an explicit owner string, or a callable receiving the call's
+        arguments and returning one (default: the current thread for sync
+        functions, a fresh token per call for views and async functions, the
+        task id for Celery tasks).
+    :param lock_on_retry: Celery tasks only: ``"keep"`` (default) holds the
+        lock across ``self.retry()``, ``"release"`` frees it.
+    :param manager: the LockManager to use (default ``django_redislock.locks``).
+
+    Raises ValueError at decoration time when a template names an argument the
+    function does not have, and TypeError when stacked above a Celery task
+    decorator or applied to a class.
+    """
+    if lock_on_retry not in ("keep", "release"):
+        raise ValueError(f"lock_on_retry must be 'keep' or 'release', not {lock_on_retry!r}")
+
+    def decorate(func: F) -> F:
+        _check_decoratable(func)
+        config = GuardConfig(
+            spec=KeySpec(key, func),
+            ttl=ttl,
+            timeout=timeout,
+            on_locked=on_locked,
+            owner=owner,
+            lock_on_retry=lock_on_retry,
+            manager=manager,
+        )
+        if "celery" in sys.modules:
+            # Connects the worker's revoke handler in processes that run tasks.
+            from . import celery as _celery  # noqa: F401
+        if inspect.iscoroutinefunction(func):
+            wrapper = _async_wrapper(func, config)
+        else:
+            wrapper = _sync_wrapper(func, config)
+        wrapper._redislock_config = config  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+single_instance.ARGS = ARGS  # type: ignore[attr-defined]
+
+
+def _check_decoratable(func: Any) -> None:
+    if isinstance(func, type):
+        raise TypeError(
+            f"@single_instance cannot decorate the class {func.__name__}; for a class-based "
+            "view use @method_decorator(single_instance(...), name='dispatch') "
+            "(or name='post'), for a Celery task class use SingleInstanceTask"
+        )
+    if "celery" in sys.modules:
+        from celery.app.task import Task
+        from celery.local import Proxy
+
+        # type(), not isinstance(): isinstance() on a lazy task proxy would evaluate it.
+        if issubclass(type(func), Proxy) or issubclass(type(func), Task):
+            raise TypeError(
+                "@single_instance is stacked above the Celery task decorator; put it below:\n"
+                "    @app.task            # or @shared_task\n"
+                "    @single_instance(...)\n"
+                "    def my_task(...): ..."
+            )
+    if not callable(func):
+        raise TypeError(f"@single_instance needs a function, not {type(func).__name__}")
+
+
+def _running_task(wrapper: Any) -> Any:
+    """The Celery task whose body *wrapper* is, when that task is running now."""
+    if "celery" not in sys.modules:
+        return None
+    from celery._state import get_current_task
+
+    task = get_current_task()
+    if task is not None and getattr(type(task), "run", None) is wrapper:
+        return task
+    return None
+
+
+def _call_owner(config: GuardConfig, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    owner = config.owner
+    if callable(owner):
+        return owner(*args, **kwargs)
+    return owner
+
+
+def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        task = _running_task(wrapper)
+        if task is not None:
+            from .celery import run_decorated_task
+
+            return run_decorated_task(task, config, func, args, kwargs)
+        request = args[0] if args and isinstance(args[0], HttpRequest) else None
+        name = config.spec.render(args, kwargs)
+        owner = _call_owner(config, args, kwargs)
+        if owner is None and request is not None:
+            owner = secrets.token_hex(16)
+        lock = config.make_lock(
+            name, owner, meta={"kind": "view" if request is not None else "function"},
+            purpose=_purpose(func, request),
+        )
+        if not config.acquire(lock, wait=config.on_locked == "wait"):
+            info = config.lock_manager().get(name)
+            if request is not None:
+                return _view_locked(config, name, info, request)
+            return _function_locked(config, name, info, args, kwargs)
+        return _run_held(lock, func, args, kwargs)
+
+    return wrapper
+
+
+def _run_held(lock: Lock, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # Same exit semantics as ``with lock:`` (LockLost when the lease was lost).
+    try:
+        result = func(*args, **kwargs)
+    except BaseException:
+        lock.__exit__(*sys.exc_info())
+        raise
+    lock.__exit__(None, None, None)
+    return result
+
+
+def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..., Any]:
+    from asgiref.sync import sync_to_async
+
+    @functools.wraps(func)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        request = args[0] if args and isinstance(args[0], HttpRequest) else None
+        name = config.spec.render(args, kwargs)
+        # Thread identity means nothing across sync_to_async hops: one token per call.
+        owner = _call_owner(config, args, kwargs) or secrets.token_hex(16)
+        lock = config.make_lock(
+            name, owner, meta={"kind": "view" if request is not None else "function"},
+            purpose=_purpose(func, request),
+        )
+        acquired = await sync_to_async(config.acquire, thread_sensitive=False)(
+            lock, wait=config.on_locked == "wait"
+        )
+        if not acquired:
+            info = await sync_to_async(config.lock_manager().get, thread_sensitive=False)(name)
+            if request is not None:
+                response = _view_locked(config, name, info, request)
+            else:
+                response = _function_locked(config, name, info, args, kwargs)
+            if inspect.isawaitable(response):
+                response = await response
+            return response
+        exit_ = sync_to_async(lock.__exit__, thread_sensitive=False)
+        try:
+            result = await func(*args, **kwargs)
+        except BaseException:
+            await exit_(*sys.exc_info())
+            raise
+        await exit_(None, None, None)
+        return result
+
+    return wrapper
+
+
+def _purpose(func: Callable[..., Any], request: HttpRequest | None) -> str:
+    if request is not None:
+        return f"{request.method} {request.path}"[:200]
+    return dotted_name(func)
+
+
+def _holder(info: LockInfo | None) -> str:
+    if info is None:
+        return "(released meanwhile)"
+    return info.task_id or info.owner or "?"
+
+
+def not_acquired(name: str, info: LockInfo | None) -> LockNotAcquired:
+    """The LockNotAcquired raised when *name* is held (by *info*'s holder)."""
+    return LockNotAcquired(f"lock {name!r} is held by {_holder(info)}", name=name)
+
+
+def _function_locked(
+    config: GuardConfig, name: str, info: LockInfo | None, args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    on_locked = config.on_locked
+    if on_locked is DEFAULT or on_locked in ("raise", "wait"):
+        raise not_acquired(name, info)
+    logger.info("redislock: call of %s skipped: lock %r held by %s",
+                config.spec.base, name, _holder(info))
+    if on_locked == "skip":
+        return None
+    if on_locked in ("retry",):
+        raise TypeError("on_locked='retry' only works on Celery tasks")
+    if callable(on_locked):
+        return on_locked(info, *args, **kwargs)
+    return on_locked
+
+
+def retry_after(info: LockInfo | None, config: GuardConfig) -> int:
+    """Whole seconds until the holder's lease runs out (at least 1)."""
+    if info is not None and info.ttl is not None and not math.isinf(info.ttl):
+        return max(1, math.ceil(info.ttl))
+    return max(1, math.ceil(config.ttl or 1))
+
+
+def _view_locked(config: GuardConfig, name: str, info: LockInfo | None, request: HttpRequest) -> Any:
+    on_locked = config.on_locked
+    logger.info("redislock: request %s %s refused: lock %r held by %s",
+                request.method, request.path, name, _holder(info))
+    if on_locked == "raise":
+        raise not_acquired(name, info)
+    if isinstance(on_locked, HttpResponse):
+        return on_locked
+    if callable(on_locked):
+        return on_locked(request, info)
+    seconds = retry_after(info, config)
+    response = HttpResponse(
+        f"This action is already running; try again in {seconds} s.\n",
+        status=409,
+        content_type="text/plain; charset=utf-8",
+    )
+    response["Retry-After"] = str(seconds)
+    return response

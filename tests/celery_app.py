@@ -1,0 +1,228 @@
+"""The Celery app the Celery tests run in a real worker: ``celery -A tests.celery_app worker``.
+
+Broker and result backend are databases 1 and 2 of the test redis-server (the
+per-test flush only empties database 0, where the locks and the probe lists
+live). Tasks report what they do by pushing to ``events:<tag>`` and wait for
+the test on ``gate:<tag>``, so tests await events instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+import redis  # noqa: E402
+from celery import Celery  # noqa: E402
+from celery.exceptions import Ignore  # noqa: E402
+from django.conf import settings  # noqa: E402
+
+from django_redislock import single_instance  # noqa: E402
+from django_redislock.celery import SingleInstanceTask  # noqa: E402
+
+_BASE = settings.REDIS_URL.rsplit("/", 1)[0]
+BROKER_URL = f"{_BASE}/1"
+RESULT_URL = f"{_BASE}/2"
+
+app = Celery("tests")
+app.conf.update(
+    broker_url=BROKER_URL,
+    result_backend=RESULT_URL,
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    result_expires=600,
+)
+
+probe = redis.Redis.from_url(settings.REDIS_URL)
+GATE_WAIT = 20  # seconds a task waits for its gate at most
+
+
+def _event(tag: str, *parts: Any) -> None:
+    probe.rpush(f"events:{tag}", " ".join(str(p) for p in parts))
+
+
+def _wait_gate(tag: str, wait: float = GATE_WAIT) -> None:
+    probe.blpop([f"gate:{tag}"], timeout=wait)
+
+
+@app.task(bind=True)
+@single_instance("acct:{account_id}", ttl=30)
+def hold(self: Any, account_id: int, tag: str) -> str:
+    """Hold acct:<id> until the test opens gate:<tag>."""
+    _event(tag, "start", self.request.id)
+    _wait_gate(tag)
+    _event(tag, "end", self.request.id)
+    return "done"
+
+
+@app.task
+@single_instance("short:{account_id}", ttl=1)
+def short_hold(account_id: int, tag: str) -> str:
+    """Hold short:<id> (a 1 s lease, so only the watchdog keeps it) until gate:<tag> opens."""
+    from celery import current_task
+
+    _event(tag, "start", current_task.request.id)
+    _wait_gate(tag)
+    _event(tag, "end", current_task.request.id)
+    return "done"
+
+
+@app.task(bind=True, max_retries=10)
+@single_instance("retrying:{account_id}", ttl=2, on_locked="retry")
+def hold_or_retry(self: Any, account_id: int, tag: str) -> str:
+    """Like ``hold``, but a duplicate retries after the holder's remaining lease."""
+    _event(tag, "start", self.request.id, self.request.retries)
+    _wait_gate(tag)
+    _event(tag, "end", self.request.id)
+    return "done"
+
+
+@app.task(
+    bind=True, base=SingleInstanceTask, lock_key="uniq:{item}", lock_ttl=30,
+    unique_on_enqueue=True,
+)
+def unique(self: Any, item: Any, tag: str) -> str:
+    """Queued at most once per item; waits for gate:<tag>."""
+    _event(tag, "start", self.request.id)
+    _wait_gate(tag)
+    _event(tag, "end", self.request.id)
+    return "done"
+
+
+@app.task(
+    bind=True, base=SingleInstanceTask,
+    lock_key="typed:{ident}:{day}:{amount}:{at}", unique_on_enqueue=True,
+)
+def typed(self: Any, ident: Any, day: Any, amount: Any, at: Any, tag: str = "typed") -> str:
+    """Key from a UUID, a date, a Decimal and a datetime: must match at enqueue and run time."""
+    _event(tag, "start", self.request.id)
+    _wait_gate(tag)
+    return "done"
+
+
+@app.task(bind=True, base=SingleInstanceTask, lock_key="retry-keep:{n}", lock_ttl=30,
+          unique_on_enqueue=True, max_retries=3)
+def retry_once(self: Any, n: int, tag: str) -> str:
+    """Retries itself once (countdown 1 s), keeping its lock; then finishes."""
+    _event(tag, "run", self.request.id, self.request.retries)
+    if self.request.retries == 0:
+        raise self.retry(countdown=1)
+    return "done"
+
+
+@app.task(bind=True, base=SingleInstanceTask, lock_key="resched", unique_on_enqueue=True)
+def reschedule(self: Any, left: int, tag: str) -> str:
+    """Re-queues itself *left* more times from inside its own body."""
+    _event(tag, "run", self.request.id, left)
+    if left > 0:
+        self.apply_async((left - 1, tag), countdown=1)
+    return "done"
+
+
+@app.task(bind=True)
+@single_instance("ignored:{n}")
+def ignored(self: Any, n: int, tag: str) -> None:
+    """Ends with Ignore (its lock must still be released)."""
+    _event(tag, "run", self.request.id)
+    raise Ignore()
+
+
+@app.task
+def plain(n: int) -> int:
+    """No lock at all (the benchmark's baseline)."""
+    return n
+
+
+@app.task
+@single_instance("bench:{n}")
+def decorated(n: int) -> int:
+    """@single_instance around a trivial body (benchmark)."""
+    return n
+
+
+@app.task(base=SingleInstanceTask, lock_key="bench-base:{n}")
+def based(n: int) -> int:
+    """SingleInstanceTask around a trivial body (benchmark)."""
+    return n
+
+
+@app.task(base=SingleInstanceTask, lock_key="bench-uniq:{n}", unique_on_enqueue=True)
+def based_unique(n: int) -> int:
+    """SingleInstanceTask with enqueue-time dedupe around a trivial body (benchmark)."""
+    return n
+
+
+class Worker:
+    """A real ``celery worker`` subprocess on this app, in its own process group."""
+
+    def __init__(
+        self, *, concurrency: int = 2, pool: str = "prefork", name: str = "w1",
+        queues: str = "celery",
+    ) -> None:
+        self.hostname = f"{name}-{os.getpid()}@127.0.0.1"
+        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"redislock-{self.hostname}.log"
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
+                f"--pool={pool}", f"--concurrency={concurrency}", "-l", "info",
+                "-n", self.hostname, "--without-gossip", "--without-mingle",
+                "--without-heartbeat", f"--logfile={self.log}", "-Q", queues,
+            ],
+            cwd=str(Path(__file__).resolve().parent.parent),
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Return once the worker answers a ping; raise if it died or never answered."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"celery worker exited with {self.process.returncode}:\n"
+                                   + self.log_text())
+            replies = app.control.ping(destination=[self.hostname], timeout=0.5)
+            if replies:
+                return
+        raise RuntimeError("celery worker did not answer a ping in time:\n" + self.log_text())
+
+    def log_text(self) -> str:
+        """The worker's log so far (for failure messages)."""
+        try:
+            return self.log.read_text()[-5000:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool children at once (no cleanup runs)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop the worker: a warm shutdown, then SIGKILL if it lingers."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.process.poll() is None:
+            self.kill()

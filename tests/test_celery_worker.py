@@ -1,0 +1,219 @@
+"""Single-instance Celery tasks on a real worker (prefork, 2 processes) and the real Redis."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import time
+import uuid
+from collections.abc import Iterator
+
+import kombu.exceptions
+import pytest
+import redis
+from django.conf import settings
+
+from django_redislock import locks
+from django_redislock.celery import is_skipped
+from tests import celery_app as ca
+
+pytestmark = [pytest.mark.celery, pytest.mark.slow]
+
+RESULT_WAIT = 30
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[ca.Worker]:
+    """One real worker for the module (broker/results on DBs 1 and 2, emptied first)."""
+    base = settings.REDIS_URL.rsplit("/", 1)[0]
+    for db in (1, 2):
+        redis.Redis.from_url(f"{base}/{db}").flushdb()
+    w = ca.Worker(concurrency=2)
+    try:
+        w.wait_ready()
+        yield w
+    finally:
+        w.stop()
+
+
+def wait_event(tag: str, timeout: float = RESULT_WAIT) -> list[str]:
+    """The next event a task pushed to events:<tag>, split into words (fails on timeout)."""
+    got = ca.probe.blpop([f"events:{tag}"], timeout=timeout)
+    assert got is not None, f"no event on events:{tag} within {timeout} s"
+    return got[1].decode().split()
+
+
+def open_gate(tag: str) -> None:
+    """Let the task waiting on gate:<tag> finish."""
+    ca.probe.rpush(f"gate:{tag}", "go")
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):  # type: ignore[no-untyped-def]
+    """Poll *predicate* until it is truthy (bounded); return its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(interval)
+
+
+def test_duplicate_is_skipped_and_says_why(worker: ca.Worker, name: str) -> None:
+    first = ca.hold.delay(7, f"{name}-a")
+    assert wait_event(f"{name}-a") == ["start", first.id]
+    info = locks.get("acct:7")
+    assert info is not None and info.owner == first.id and info.task_id == first.id
+    assert info.task_name == "tests.celery_app.hold" and info.kind == "task"
+
+    second = ca.hold.delay(account_id=7, tag=f"{name}-b")  # keyword spelling, same key
+    skipped = second.get(timeout=RESULT_WAIT)
+    assert is_skipped(skipped)
+    assert skipped["lock"] == "acct:7" and skipped["holder"] == first.id
+
+    # Published by name, bypassing apply_async (as beat's send_task does): still guarded.
+    third = ca.app.send_task("tests.celery_app.hold", args=[7, f"{name}-c"])
+    assert is_skipped(third.get(timeout=RESULT_WAIT))
+    assert ca.probe.llen(f"events:{name}-b") == 0 and ca.probe.llen(f"events:{name}-c") == 0
+
+    open_gate(f"{name}-a")
+    assert first.get(timeout=RESULT_WAIT) == "done"
+    assert locks.get("acct:7") is None
+
+
+def test_duplicate_retries_then_runs(worker: ca.Worker, name: str) -> None:
+    first = ca.hold_or_retry.delay(3, f"{name}-a")
+    assert wait_event(f"{name}-a")[0] == "start"
+    open_gate(f"{name}-b")  # the duplicate may finish as soon as it gets to run
+    second = ca.hold_or_retry.delay(3, f"{name}-b")
+    # The duplicate found the lock held and was retried (same task id, later).
+    wait_until(lambda: second.state == "RETRY", RESULT_WAIT, "the duplicate to be retried")
+    assert ca.probe.llen(f"events:{name}-b") == 0
+    open_gate(f"{name}-a")
+    assert first.get(timeout=RESULT_WAIT) == "done"
+    assert second.get(timeout=RESULT_WAIT) == "done"
+    start = wait_event(f"{name}-b")
+    assert start[:2] == ["start", second.id] and int(start[2]) >= 1
+    assert locks.get("retrying:3") is None
+
+
+def test_unique_on_enqueue_returns_the_queued_task(worker: ca.Worker, name: str) -> None:
+    first = ca.unique.apply_async((1, f"{name}-a"), countdown=2)
+    info = locks.get("uniq:1")
+    assert info is not None and info.owner == first.id
+    # The countdown is added to the lease, so the lock outlives the wait.
+    assert info.ttl is not None and info.ttl > 30
+
+    dup = ca.unique.delay(item=1, tag=f"{name}-b")
+    assert dup.id == first.id
+
+    assert wait_event(f"{name}-a") == ["start", first.id]
+    running = locks.get("uniq:1")
+    # The worker re-entered the enqueue-time lock with the same owner: same key, 2 holds.
+    assert running is not None and running.owner == first.id and running.hold_count == 2
+    assert ca.unique.delay(1, f"{name}-c").id == first.id
+
+    open_gate(f"{name}-a")
+    assert first.get(timeout=RESULT_WAIT) == "done"
+    assert locks.get("uniq:1") is None
+    again = ca.unique.delay(1, f"{name}-d")
+    assert again.id != first.id
+    open_gate(f"{name}-d")
+    assert again.get(timeout=RESULT_WAIT) == "done"
+    assert ca.probe.llen(f"events:{name}-b") == 0 and ca.probe.llen(f"events:{name}-c") == 0
+
+
+def test_key_is_the_same_at_enqueue_and_in_the_worker(worker: ca.Worker, name: str) -> None:
+    ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    day = dt.date(2026, 1, 2)
+    amount = decimal.Decimal("10.50")
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    expected = f"typed:{ident}:2026-01-02:10.50:2026-01-02T03:04:05+00:00"
+    result = ca.typed.apply_async((ident, day), {"amount": amount, "at": at, "tag": name})
+    assert wait_event(name) == ["start", result.id]
+    info = locks.get(expected)
+    assert info is not None and info.owner == result.id and info.hold_count == 2
+    # Positional/keyword spelling of the same call is a duplicate.
+    assert ca.typed.delay(ident=ident, day=day, amount=amount, at=at).id == result.id
+    open_gate(name)
+    assert result.get(timeout=RESULT_WAIT) == "done"
+    assert locks.get(expected) is None
+
+
+def test_publish_failure_leaves_no_lock(worker: ca.Worker) -> None:
+    with pytest.raises(kombu.exceptions.EncodeError):
+        ca.unique.delay(5, object())  # not JSON-serialisable: publishing fails
+    assert locks.get("uniq:5") is None
+
+
+def test_retry_keeps_the_lock_then_releases(worker: ca.Worker, name: str) -> None:
+    result = ca.retry_once.delay(1, name)
+    first = wait_event(name)
+    assert first[:3] == ["run", result.id, "0"]
+    # Between the attempts the lock stays with the same task (and a duplicate is deduped).
+    wait_until(lambda: result.state == "RETRY", RESULT_WAIT, "the retry")
+    info = locks.get("retry-keep:1")
+    assert info is not None and info.owner == result.id
+    assert ca.retry_once.delay(1, name).id == result.id
+    assert result.get(timeout=RESULT_WAIT) == "done"
+    assert wait_event(name)[:3] == ["run", result.id, "1"]
+    assert locks.get("retry-keep:1") is None
+
+
+def test_self_rescheduling_task_does_not_deadlock(worker: ca.Worker, name: str) -> None:
+    ca.reschedule.delay(2, name)
+    lefts = [wait_event(name)[2] for _ in range(3)]
+    assert lefts == ["2", "1", "0"]
+    wait_until(lambda: locks.get("resched") is None, 10, "the last run's release")
+
+
+def test_ignore_releases_the_lock(worker: ca.Worker, name: str) -> None:
+    ca.ignored.delay(4, name)
+    assert wait_event(name)[0] == "run"
+    wait_until(lambda: locks.get("ignored:4") is None, 10, "the release after Ignore")
+
+
+def test_revoke_terminate_releases_the_lock(worker: ca.Worker, name: str) -> None:
+    result = ca.hold.delay(11, name)
+    assert wait_event(name) == ["start", result.id]
+    assert locks.get("acct:11") is not None
+    # SIGKILL: the task's own code cannot release; the worker's revoke handler must.
+    ca.app.control.revoke(result.id, terminate=True, signal="SIGKILL")
+    wait_until(lambda: locks.get("acct:11") is None, 10, "the revoke handler's release")
+    wait_until(lambda: result.state == "REVOKED", RESULT_WAIT, "the REVOKED state")
+
+
+def test_task_longer_than_its_lease_stays_exclusive(worker: ca.Worker, name: str) -> None:
+    result = ca.short_hold.delay(1, f"{name}-a")  # lease 1 s
+    assert wait_event(f"{name}-a") == ["start", result.id]
+    # Watch for three leases: the watchdog must keep the lock with its holder throughout.
+    deadline = time.monotonic() + 3.0
+    checks = 0
+    while time.monotonic() < deadline:
+        info = locks.get("short:1")
+        assert info is not None and info.owner == result.id, "lock expired under a live task"
+        checks += 1
+        time.sleep(0.1)
+    assert checks >= 10
+    dup = ca.short_hold.delay(1, f"{name}-b")
+    assert is_skipped(dup.get(timeout=RESULT_WAIT))
+    open_gate(f"{name}-a")
+    assert result.get(timeout=RESULT_WAIT) == "done"
+    assert locks.get("short:1") is None
+
+
+def test_killed_worker_lock_expires_within_one_lease(name: str) -> None:
+    w = ca.Worker(concurrency=1, name="doomed", queues="doomed")
+    try:
+        w.wait_ready()
+        # Its own queue, so the module's worker (if running) cannot take it.
+        result = ca.short_hold.apply_async((2, name), queue="doomed")  # lease 1 s, renewed
+        assert wait_event(name) == ["start", result.id]
+        info = locks.get("short:2")
+        assert info is not None and info.owner == result.id
+        w.kill()
+        killed_at = time.monotonic()
+    finally:
+        w.stop()
+    wait_until(lambda: locks.get("short:2") is None, 5, "the dead worker's lease to expire")
+    assert time.monotonic() - killed_at <= 2.5  # one lease (1 s) plus polling slack
