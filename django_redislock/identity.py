@@ -12,6 +12,7 @@ they reveal nothing about the host and cannot be guessed.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import secrets
 import socket
@@ -31,6 +32,14 @@ HOSTNAME = socket.gethostname()
 def new_token() -> str:
     """A fresh random token (128 bits, hex)."""
     return secrets.token_hex(16)
+
+
+_nonces = itertools.count(1)
+
+
+def new_nonce() -> str:
+    """A value never returned before by any process (unique, not secret): cheap."""
+    return f"{_process_token}.{next(_nonces):x}"
 
 
 def process_token() -> str:

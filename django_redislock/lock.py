@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import random
-import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from redis.exceptions import RedisError
 from . import signals
 from .conf import get_setting
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
-from .identity import HOSTNAME, current_owner
+from .identity import HOSTNAME, current_owner, new_nonce
 from .keys import LockKeys, to_millis, validate_name, validate_seconds
 from .renewal import WatchEntry, watchdog
 from .scripts import (
@@ -155,6 +154,7 @@ class Lock:
         self._holds: dict[str, _Hold] = {}
         self._pending_release: dict[str, str] = {}
         self._keys_cache: tuple[Any, LockKeys] | None = None
+        self._meta_cache: tuple[tuple[int, str], str] | None = None
 
     # -- identity and plumbing -------------------------------------------------
 
@@ -181,11 +181,12 @@ class Lock:
         return self._backend()[1].lock
 
     def _meta(self) -> str:
-        meta: dict[str, Any] = {
-            "host": HOSTNAME,
-            "pid": os.getpid(),
-            "thread": threading.current_thread().name,
-        }
+        # Serialised once per (process, thread name): it is sent on every acquire.
+        ident = (os.getpid(), threading.current_thread().name)
+        cached = self._meta_cache
+        if cached is not None and cached[0] == ident:
+            return cached[1]
+        meta: dict[str, Any] = {"host": HOSTNAME, "pid": ident[0], "thread": ident[1]}
         if self.purpose is not None:
             meta["purpose"] = self.purpose
         if self.extra:
@@ -193,7 +194,9 @@ class Lock:
         if self.meta:
             for field, value in self.meta.items():
                 meta.setdefault(field, value)
-        return json.dumps(meta, separators=(",", ":"))
+        text = json.dumps(meta, separators=(",", ":"))
+        self._meta_cache = (ident, text)
+        return text
 
     def _run(self, script: Script, backend: Backend, keys: LockKeys, args: Sequence[Any], action: str) -> Any:
         """Run an idempotent script, retrying once when the reply was lost."""
@@ -247,7 +250,7 @@ class Lock:
             timeout = validate_seconds(timeout, "timeout")
         owner = self.owner
         backend, keys = self._backend()
-        nonce = secrets.token_hex(8)
+        nonce = new_nonce()
         if not blocking:
             result = self._attempt(backend, keys, owner, nonce, wait=False)
             if result[0] == 1:
@@ -271,6 +274,7 @@ class Lock:
                 ENTRY_LIFE_MS,
                 backend.hub().channel if wait else "",
                 backend.retention_ms,
+                int(time.time() * 1000),
             ],
             "acquire the lock",
         )
@@ -357,7 +361,7 @@ class Lock:
         """
         owner = self.owner
         backend, keys = self._backend()
-        nonce = self._pending_release.get(owner) or secrets.token_hex(8)
+        nonce = self._pending_release.get(owner) or new_nonce()
         self._pending_release[owner] = nonce
         remaining = int(
             self._run(release_script, backend, keys, [owner, nonce, backend.retention_ms],

@@ -9,8 +9,8 @@ If Redis cannot be reached the renewal is retried; once a whole lease has
 passed without a confirmed renewal the lock is marked lost, because it may have
 expired.
 
-The thread exits when nothing is left to renew and is started again on the
-next registration. After ``os.fork()`` the child starts with an empty
+The thread exits about a second after nothing is left to renew and is
+started again on the next registration. After ``os.fork()`` the child starts with an empty
 registry: it neither renews nor releases its parent's locks.
 """
 
@@ -28,6 +28,9 @@ from .identity import on_fork_in_child
 from .scripts import renew_script
 
 logger = logging.getLogger("django_redislock")
+
+#: The thread exits after this long with nothing to renew.
+IDLE_EXIT_SECONDS = 1.0
 
 
 class Renewable(Protocol):
@@ -79,10 +82,16 @@ class Watchdog:
         return entry
 
     def unwatch(self, entry: WatchEntry) -> None:
-        """Stop renewing *entry*; the thread exits promptly once nothing is left."""
+        """Stop renewing *entry*."""
         with self._cond:
             self._entries.pop(id(entry), None)
-            if not self._entries and self._thread is not None:
+            # Let an idle thread start its short linger now rather than after a
+            # far-off renewal time; at most about once per linger period.
+            if (
+                not self._entries
+                and self._thread is not None
+                and self._wake_at - time.monotonic() > IDLE_EXIT_SECONDS
+            ):
                 self._cond.notify()
 
     @property
@@ -96,14 +105,23 @@ class Watchdog:
         return len(self._entries)
 
     def _run(self) -> None:
+        empty_since: float | None = None
         while True:
             with self._cond:
                 while True:
-                    if not self._entries:
-                        self._thread = None
-                        self._wake_at = float("inf")
-                        return
                     now = time.monotonic()
+                    if not self._entries:
+                        # Linger briefly: a process that takes and releases locks in
+                        # a loop must not pay for a thread start on every acquire.
+                        empty_since = empty_since or now
+                        if now - empty_since >= IDLE_EXIT_SECONDS:
+                            self._thread = None
+                            self._wake_at = float("inf")
+                            return
+                        self._wake_at = empty_since + IDLE_EXIT_SECONDS
+                        self._cond.wait(self._wake_at - now)
+                        continue
+                    empty_since = None
                     self._wake_at = min(e.due for e in self._entries.values())
                     if self._wake_at <= now:
                         break

@@ -8,9 +8,11 @@ All scripts take the same four keys (see :mod:`django_redislock.keys`):
 ``KEYS[4]`` waiter entries (hash).
 
 Lock hash fields: ``owner``, ``count`` (re-entrant holds), ``fence`` (fencing
-token), ``since`` (ms since the epoch, Redis clock), ``ttl`` (lease in ms, 0 =
-none), ``op`` (nonce of the last acquire, for idempotent retries), ``rel``
-(nonce of the last partial release), ``meta`` (JSON written by the client).
+token), ``since`` (ms since the epoch: the acquiring client's clock, or Redis's
+for a hand-off), ``ttl`` (lease in ms, 0 = none), ``op`` (nonce of the last
+acquire, for idempotent retries), ``rel`` (nonce of the last partial release),
+``meta`` (JSON written by the client). The fence hash holds ``fence`` (the last
+token) and ``rel`` (nonce of the last full release).
 
 Waiting is FIFO with direct hand-off: a release (or a cancelled wait, or an
 acquire that finds the lock free while someone else is first in line) grants
@@ -31,12 +33,16 @@ from redis.exceptions import NoScriptError
 from .exceptions import LockBackendError
 
 _PRELUDE = r"""
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local t = redis.call('TIME')
-local sec, usec = tonumber(t[1]), tonumber(t[2])
-local now_ms = sec * 1000 + math.floor(usec / 1000)
 
+-- On Redis 7 each redis.call costs a few microseconds of overhead, so the fast
+-- paths make as few as they can: TIME, for one, is only asked when needed.
+local clock
+local function now_us()
+  if not clock then clock = redis.call('TIME') end
+  return tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+end
+local function now_ms() return math.floor(now_us() / 1000) end
 local function num(x) return string.format('%.0f', x) end
 
 local function entry_fields(e)
@@ -50,16 +56,20 @@ local function entry_fields(e)
   return out
 end
 
--- Make *owner* the holder. The fencing token is max(last + 1, Redis time in
--- microseconds): strictly increasing while the fence hash is retained, and
--- still increasing after it expired unless the Redis clock went backwards.
-local function grant(owner, nonce, ttl, meta, retention)
-  local last = tonumber(redis.call('HGET', F, 'fence') or '0')
-  local fence = num(math.max(last + 1, sec * 1000000 + usec))
-  redis.call('HSET', F, 'fence', fence)
-  redis.call('PEXPIRE', F, retention)
+-- Make *owner* the holder. The fencing token is the fence hash's counter + 1;
+-- when that hash is new (first use, or its retention ran out) the counter is
+-- seeded from the Redis clock in microseconds, so tokens keep increasing
+-- across the gap unless the Redis clock went backwards.
+local function grant(owner, nonce, ttl, meta, since_ms, retention)
+  local fence = redis.call('HINCRBY', F, 'fence', 1)
+  if fence == 1 then
+    fence = now_us()
+    redis.call('HSET', F, 'fence', num(fence))
+    redis.call('PEXPIRE', F, retention)
+  end
+  fence = num(fence)
   redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence,
-             'since', num(now_ms), 'ttl', ttl, 'op', nonce, 'meta', meta)
+             'since', since_ms, 'ttl', ttl, 'op', nonce, 'meta', meta)
   if tonumber(ttl) > 0 then redis.call('PEXPIRE', L, ttl) end
   return fence
 end
@@ -70,7 +80,7 @@ local function live_head()
     local w = redis.call('LINDEX', Q, 0)
     if not w then return nil end
     local e = redis.call('HGET', E, w)
-    if e and tonumber(string.sub(e, 1, string.find(e, '|', 1, true) - 1)) >= now_ms then
+    if e and tonumber(string.sub(e, 1, string.find(e, '|', 1, true) - 1)) >= now_ms() then
       return w, e
     end
     redis.call('LPOP', Q)
@@ -85,23 +95,23 @@ local function handoff(retention)
   redis.call('LPOP', Q)
   redis.call('HDEL', E, w)
   local p = entry_fields(e)
-  local fence = grant(w, p[4], p[2], p[5], retention)
+  local fence = grant(w, p[4], p[2], p[5], num(now_ms()), retention)
   redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
   return true
 end
 """
 
 # ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, wait (0/1), entry_life_ms,
-#       channel, retention_ms
+#       channel, retention_ms, now_ms (client clock, for the "since" field)
 # Returns {1, fence, count} when held by owner, else {0, pttl_ms}.
+# A hash with no owner field under our prefix is treated as free.
 ACQUIRE = _PRELUDE + r"""
 local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local wait, life, channel, retention = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
-local cur = redis.call('HGET', L, 'owner')
-if cur == owner then
-  local h = redis.call('HMGET', L, 'op', 'fence', 'count')
-  if h[1] == nonce then
-    return {1, h[2], h[3]}
+local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
+if h[1] == owner then
+  if h[2] == nonce then
+    return {1, h[3], h[4]}
   end
   local c = redis.call('HINCRBY', L, 'count', 1)
   redis.call('HSET', L, 'op', nonce)
@@ -110,22 +120,21 @@ if cur == owner then
     local p = redis.call('PTTL', L)
     if p >= 0 and p < want then redis.call('PEXPIRE', L, want) end
   end
-  return {1, h[2], c}
+  return {1, h[3], c}
 end
-if not cur and redis.call('EXISTS', L) == 0 then
+if not h[1] then
   local head = live_head()
   if not head or head == owner then
     if head then
       redis.call('LPOP', Q)
       redis.call('HDEL', E, owner)
     end
-    local fence = grant(owner, nonce, ttl, meta, retention)
-    return {1, fence, 1}
+    return {1, grant(owner, nonce, ttl, meta, ARGV[9], retention), 1}
   end
   handoff(retention)
 end
 if wait == '1' then
-  local entry = num(now_ms + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta
+  local entry = num(now_ms() + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta
   if redis.call('HSET', E, owner, entry) == 1 then
     redis.call('RPUSH', Q, owner)
   end
@@ -137,36 +146,35 @@ return {0, redis.call('PTTL', L)}
 
 # ARGV: owner, nonce, retention_ms
 # Returns the remaining hold count (0 = released), or -1 when not owned.
+# The nonce makes a retried release (after a lost reply) count once.
 RELEASE = _PRELUDE + r"""
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
-if redis.call('HGET', L, 'owner') ~= owner then
+local h = redis.call('HMGET', L, 'owner', 'rel', 'count')
+if h[1] ~= owner then
   if redis.call('HGET', F, 'rel') == nonce then return 0 end
   return -1
 end
-local h = redis.call('HMGET', L, 'rel', 'count')
-if h[1] == nonce then return tonumber(h[2]) end
-local c = redis.call('HINCRBY', L, 'count', -1)
+if h[2] == nonce then return tonumber(h[3]) end
+local c = tonumber(h[3]) - 1
 if c > 0 then
-  redis.call('HSET', L, 'rel', nonce)
+  redis.call('HSET', L, 'count', c, 'rel', nonce)
   return c
 end
 redis.call('DEL', L)
-redis.call('HSET', F, 'rel', nonce)
-redis.call('PEXPIRE', F, retention)
+if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
 handoff(retention)
 return 0
 """
 
 # ARGV: owner, ms, replace (0/1)
 # Returns the new lease in ms, -1 when not owned, -2 when the lock has no expiry.
-EXTEND = _PRELUDE + r"""
-local owner, ms, replace = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-if redis.call('HGET', L, 'owner') ~= owner then return -1 end
-local p = redis.call('PTTL', L)
+EXTEND = r"""
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
+local p = redis.call('PTTL', KEYS[1])
 if p < 0 then return -2 end
-local new = ms
-if replace ~= '1' then new = p + ms end
-redis.call('PEXPIRE', L, new)
+local new = tonumber(ARGV[2])
+if ARGV[3] ~= '1' then new = p + new end
+redis.call('PEXPIRE', KEYS[1], new)
 return new
 """
 
