@@ -76,20 +76,47 @@ class Target:
         return cls(name, owner, fence)
 
 
-def describe_holder(info: LockInfo | None) -> str:
-    """A one-line description of who holds *info*: task, host, pid, thread."""
-    if info is None:
-        return "nobody"
-    parts = []
+def describe_task(info: LockInfo) -> str:
+    """The Celery task holding *info*, or "" when a task did not take it."""
     if info.task_name or info.task_id:
-        parts.append(f"task {info.task_name or '?'} [{info.task_id or '?'}]")
+        return f"task {info.task_name or '?'} [{info.task_id or '?'}]"
+    return ""
+
+
+def describe_process(info: LockInfo) -> str:
+    """Where the holder of *info* runs: host, pid, thread (what is known of them)."""
+    parts = []
     if info.host:
         parts.append(f"host {info.host}")
     if info.pid is not None:
         parts.append(f"pid {info.pid}")
     if info.thread:
         parts.append(f"thread {info.thread}")
-    return ", ".join(parts) or "unknown holder"
+    return ", ".join(parts)
+
+
+def describe_holder(info: LockInfo | None) -> str:
+    """A one-line description of who holds *info*: task, host, pid, thread."""
+    if info is None:
+        return "nobody"
+    return ", ".join(p for p in (describe_task(info), describe_process(info)) if p) or (
+        "unknown holder"
+    )
+
+
+def describe_age(info: LockInfo) -> str:
+    """How long ago *info* was acquired, coarsely ("42 s ago", "3 h 5 min ago")."""
+    age = info.age
+    if age is None:
+        return ""
+    seconds = max(0, int(age.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s ago"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min ago"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h ago"
 
 
 def _query_from(request: HttpRequest) -> tuple[ListQuery, int, int]:
@@ -153,6 +180,9 @@ class Row:
     info: LockInfo
     detail_url: str
     holder: str
+    task: str
+    process: str
+    age: str
     target: str
     lease: float | None
     extra: str
@@ -163,6 +193,9 @@ def _row(model_admin: HeldLockAdmin, info: LockInfo) -> Row:
         info=info,
         detail_url=model_admin.url("change", quote(info.name)),
         holder=describe_holder(info),
+        task=describe_task(info),
+        process=describe_process(info),
+        age=describe_age(info),
         target=Target.from_info(info).encode(),
         lease=_seconds(info.ttl),
         extra=", ".join(f"{k}={v}" for k, v in info.extra.items()),

@@ -1,0 +1,193 @@
+"""The admin lock viewer in a real Chromium (Playwright) against a live server.
+
+A separate Python process holds a lock through the package; the test logs in,
+sees that lock with the other process's pid, watches the lease count down,
+searches for it, releases it through the confirmation page and sees it gone.
+It also checks the dark theme applies, and saves a screenshot of the page
+(copied to ``docs/images/admin-locks.png`` when ``REDISLOCK_UPDATE_SCREENSHOTS=1``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from django_redislock import locks
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ROOT = Path(__file__).resolve().parent.parent
+LOCK_NAME = "billing:account-17"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
+]
+
+HOLDER = """
+import os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+import django
+django.setup()
+from django_redislock import locks
+lk = locks.lock(sys.argv[1], ttl=30, purpose="nightly billing run", extra={"batch": 17})
+assert lk.acquire(blocking=False)
+print(lk.fencing_token, flush=True)
+sys.stdin.readline()  # hold until the test closes our stdin
+"""
+
+
+def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The first stdout line of *proc*, waiting at most *timeout* seconds."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        raise AssertionError(f"the lock holder printed nothing within {timeout} s")
+    return proc.stdout.readline().strip()
+
+
+@pytest.fixture
+def holder() -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """Another Python process holding LOCK_NAME (renewed by its watchdog): (process, token)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, LOCK_NAME],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        token = int(_read_line(proc, 30))
+        yield proc, token
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture
+def neighbours(redis_client: redis.Redis) -> Iterator[None]:
+    """A few more locks so the page (and its screenshot) looks like a real incident."""
+    held = [
+        locks.lock("report:2024-06", ttl=600, auto_renew=False, owner="web-req-1",
+                   purpose="monthly sales report"),
+        locks.lock("invoice:1042", ttl=120, auto_renew=False, owner="web-req-2",
+                   purpose="generate invoice", extra={"customer": 88}),
+    ]
+    for lk in held:
+        assert lk.acquire(blocking=False)
+    # A lock taken by a Celery task on another machine, written as that worker would.
+    redis_client.hset(
+        "redislock:{sync:account-9}",
+        mapping={
+            "owner": "celery-task-5b1d", "count": 1, "fence": 1718000000000001,
+            "since": int(time.time() * 1000) - 95_000, "ttl": 300_000,
+            "meta": json.dumps({"host": "worker-2", "pid": 4242, "thread": "MainThread",
+                                "task_id": "5b1d0c1e-77aa-4c1b-9f0e-2a1b3c4d5e6f",
+                                "task_name": "accounts.tasks.sync_account"}),
+        },
+    )
+    redis_client.pexpire("redislock:{sync:account-9}", 300_000)
+    yield
+    for lk in held:
+        if lk.owned():
+            lk.release()
+
+
+def test_release_a_lock_held_by_another_process(
+    transactional_db: None,
+    admin_user: Any,
+    live_server: Any,
+    holder: tuple[subprocess.Popen[str], int],
+    neighbours: None,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    proc, token = holder
+    base = live_server.url
+    list_url = f"{base}/admin/django_redislock/heldlock/"
+    shot = tmp_path / "admin-locks.png"
+    row = f'tr[data-lock-name="{LOCK_NAME}"]'
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 560})
+            page.set_default_timeout(15_000)
+            page.goto(f"{base}/admin/login/?next=/admin/django_redislock/heldlock/")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", "password")
+            page.click("input[type=submit]")
+            page.wait_for_url(list_url)
+
+            # The other process's lock, with its pid and fencing token.
+            expect(page.locator(row)).to_be_visible()
+            expect(page.locator(f"{row} .field-owner")).to_contain_text(f"pid {proc.pid}")
+            expect(page.locator(f"{row} .field-fence")).to_have_text(str(token))
+            expect(page.locator(f"{row} .field-purpose")).to_contain_text("nightly billing run")
+            expect(page.locator("#redislock-count")).to_contain_text("4 locks")
+
+            # The lease counts down in the page (JS), without a reload.
+            lease = page.locator('tr[data-lock-name="report:2024-06"] .redislock-lease')
+            first = lease.inner_text()
+            page.wait_for_function(
+                "([sel, before]) => document.querySelector(sel).textContent !== before",
+                arg=['tr[data-lock-name="report:2024-06"] .redislock-lease', first],
+                timeout=5_000,
+            )
+            page.screenshot(path=str(shot), full_page=True)
+
+            # Dark mode uses the admin's dark palette.
+            page.emulate_media(color_scheme="dark")
+            dark_bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
+            page.emulate_media(color_scheme="light")
+            light_bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
+            assert dark_bg != light_bg
+
+            # Search (literal), then release through the confirmation page.
+            page.fill("#searchbar", "account-17")
+            page.press("#searchbar", "Enter")
+            page.wait_for_url("**q=account-17**")
+            expect(page.locator("#result_list tbody tr")).to_have_count(1)
+            page.check(f"{row} input.action-select")
+            page.click("text=Release selected locks…")
+            expect(page.locator("#content-main")).to_contain_text(str(token))
+            page.click("#confirm-action")
+            page.wait_for_url("**q=account-17**")
+            expect(page.locator(".messagelist")).to_contain_text("Released 1 lock.")
+            expect(page.locator(row)).to_have_count(0)
+            expect(page.locator("#result_list")).to_contain_text("No locks are held that match")
+        finally:
+            browser.close()
+
+    assert locks.get(LOCK_NAME) is None
+    assert locks.get("report:2024-06") is not None
+    assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("REDISLOCK_UPDATE_SCREENSHOTS") == "1":
+        target = ROOT / "docs" / "images" / "admin-locks.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, target)
