@@ -18,7 +18,7 @@ import secrets
 import socket
 import threading
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 _process_token = secrets.token_hex(8)
 _thread_state = threading.local()
@@ -59,11 +59,12 @@ def current_owner() -> str:
             with _task_tokens_lock:
                 token = _task_tokens.setdefault(task, secrets.token_hex(8))
         return f"{_process_token}:t{token}"
-    token = getattr(_thread_state, "token", None)
-    if token is None or token[0] != _process_token:
-        token = (_process_token, f"{_process_token}:{secrets.token_hex(8)}")
-        _thread_state.token = token
-    return token[1]
+    # (process token, owner token): a thread that survived a fork gets a new one.
+    pair: tuple[str, str] | None = getattr(_thread_state, "pair", None)
+    if pair is None or pair[0] != _process_token:
+        pair = (_process_token, f"{_process_token}:{secrets.token_hex(8)}")
+        _thread_state.pair = pair
+    return pair[1]
 
 
 def on_fork_in_child(hook: Callable[[], None]) -> None:

@@ -16,9 +16,10 @@ import os
 import random
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
@@ -108,7 +109,9 @@ class Lock:
     ) -> None:
         self.name = validate_name(name)
         if manager is None:
-            from .manager import locks as manager
+            from .manager import locks
+
+            manager = locks
         self.manager: LockManager = manager
         if ttl is _UNSET:
             ttl = validate_seconds(get_setting("REDISLOCK_DEFAULT_TTL"), "REDISLOCK_DEFAULT_TTL")
@@ -198,7 +201,9 @@ class Lock:
         self._meta_cache = (ident, text)
         return text
 
-    def _run(self, script: Script, backend: Backend, keys: LockKeys, args: Sequence[Any], action: str) -> Any:
+    def _run(
+        self, script: Script, backend: Backend, keys: LockKeys, args: Sequence[Any], action: str
+    ) -> Any:
         """Run an idempotent script, retrying once when the reply was lost."""
         try:
             return script(backend.client, keys.as_list(), args)
@@ -308,8 +313,11 @@ class Lock:
                 if deadline is not None:
                     if now >= deadline:
                         result = self._run(
-                            cancel_script, backend, keys,
-                            [owner, nonce, backend.retention_ms], "cancel the wait",
+                            cancel_script,
+                            backend,
+                            keys,
+                            [owner, nonce, backend.retention_ms],
+                            "cancel the wait",
                         )
                         if result[0] != 1:
                             return False
@@ -324,7 +332,9 @@ class Lock:
         self._acquired(backend, keys, owner, int(result[1]), int(result[2]))
         return True
 
-    def _acquired(self, backend: Backend, keys: LockKeys, owner: str, fence: int, count: int) -> None:
+    def _acquired(
+        self, backend: Backend, keys: LockKeys, owner: str, fence: int, count: int
+    ) -> None:
         hold = self._holds.get(owner)
         if hold is None or hold.lost_reason is not None or count == 1:
             if hold is not None and hold.watch is not None:
@@ -335,14 +345,21 @@ class Lock:
         else:
             hold.count += 1
         signals.lock_acquired.send(
-            sender=Lock, lock=self, name=self.name, owner=owner,
-            fencing_token=fence, hold_count=count,
+            sender=Lock,
+            lock=self,
+            name=self.name,
+            owner=owner,
+            fencing_token=fence,
+            hold_count=count,
         )
 
     def _contended(self, owner: str, pttl: Any) -> None:
         pttl = int(pttl)
         signals.lock_contended.send(
-            sender=Lock, lock=self, name=self.name, owner=owner,
+            sender=Lock,
+            lock=self,
+            name=self.name,
+            owner=owner,
             pttl=pttl / 1000.0 if pttl >= 0 else None,
         )
 
@@ -364,8 +381,13 @@ class Lock:
         nonce = self._pending_release.get(owner) or new_nonce()
         self._pending_release[owner] = nonce
         remaining = int(
-            self._run(release_script, backend, keys, [owner, nonce, backend.retention_ms],
-                      "release the lock")
+            self._run(
+                release_script,
+                backend,
+                keys,
+                [owner, nonce, backend.retention_ms],
+                "release the lock",
+            )
         )
         del self._pending_release[owner]
         hold = self._holds.get(owner)
@@ -399,8 +421,13 @@ class Lock:
         ms = to_millis(validate_seconds(additional_time, "additional_time"), "additional_time")
         backend, keys = self._backend()
         result = int(
-            self._run(extend_script, backend, keys,
-                      [self.owner, ms, 1 if replace_ttl else 0], "extend the lock")
+            self._run(
+                extend_script,
+                backend,
+                keys,
+                [self.owner, ms, 1 if replace_ttl else 0],
+                "extend the lock",
+            )
         )
         if result == -1:
             raise LockNotOwned(
@@ -430,7 +457,7 @@ class Lock:
         """Whether the caller's owner holds the lock right now (asks Redis)."""
         backend, keys = self._backend()
         try:
-            return _decode(backend.client.hget(keys.lock, "owner")) == self.owner
+            return bool(_decode(backend.client.hget(keys.lock, "owner")) == self.owner)
         except RedisError as exc:
             raise backend_error(exc, "check the lock's owner", self.name) from exc
 
@@ -472,7 +499,11 @@ class Lock:
         if not self.acquire():
             raise LockNotAcquired(
                 f"could not acquire lock {self.name!r}"
-                + ("" if self.timeout is None or not self.blocking else f" within {self.timeout:g} s"),
+                + (
+                    ""
+                    if self.timeout is None or not self.blocking
+                    else f" within {self.timeout:g} s"
+                ),
                 name=self.name,
             )
         return self
@@ -511,4 +542,3 @@ def _validate_owner(owner: object) -> str:
     if not owner or len(owner) > MAX_OWNER_LENGTH:
         raise ValueError(f"owner must be 1 to {MAX_OWNER_LENGTH} characters long")
     return owner
-

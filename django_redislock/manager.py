@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from django.core.signals import setting_changed
 from redis.exceptions import RedisError
@@ -158,8 +159,11 @@ class LockManager:
                 force_release_script(
                     backend.client,
                     keys.as_list(),
-                    [owner or "", "" if fencing_token is None else str(fencing_token),
-                     backend.retention_ms],
+                    [
+                        owner or "",
+                        "" if fencing_token is None else str(fencing_token),
+                        backend.retention_ms,
+                    ],
                 )
             )
         except RedisError as exc:

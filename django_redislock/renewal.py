@@ -127,9 +127,7 @@ class Watchdog:
                         break
                     self._cond.wait(self._wake_at - now)
                 batch = [
-                    e
-                    for e in self._entries.values()
-                    if e.due <= now + min(1.0, e.ttl_ms / 6000.0)
+                    e for e in self._entries.values() if e.due <= now + min(1.0, e.ttl_ms / 6000.0)
                 ]
             self._renew(batch)
 
@@ -147,7 +145,7 @@ class Watchdog:
             except RedisError as exc:
                 self._renewal_failed(entries, exc)
                 continue
-            for entry, result in zip(entries, results):
+            for entry, result in zip(entries, results, strict=True):
                 if isinstance(result, Exception):
                     self._renewal_failed([entry], result)
                 elif result == 1:

@@ -25,7 +25,8 @@ entries whose expiry passed (their process died) are skipped.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
@@ -105,7 +106,9 @@ end
 #       channel, retention_ms, now_ms (client clock, for the "since" field)
 # Returns {1, fence, count} when held by owner, else {0, pttl_ms}.
 # A hash with no owner field under our prefix is treated as free.
-ACQUIRE = _PRELUDE + r"""
+ACQUIRE = (
+    _PRELUDE
+    + r"""
 local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local wait, life, channel, retention = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
@@ -143,11 +146,14 @@ if wait == '1' then
 end
 return {0, redis.call('PTTL', L)}
 """
+)
 
 # ARGV: owner, nonce, retention_ms
 # Returns the remaining hold count (0 = released), or -1 when not owned.
 # The nonce makes a retried release (after a lost reply) count once.
-RELEASE = _PRELUDE + r"""
+RELEASE = (
+    _PRELUDE
+    + r"""
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
 local h = redis.call('HMGET', L, 'owner', 'rel', 'count')
 if h[1] ~= owner then
@@ -165,6 +171,7 @@ if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retent
 handoff(retention)
 return 0
 """
+)
 
 # ARGV: owner, ms, replace (0/1)
 # Returns the new lease in ms, -1 when not owned, -2 when the lock has no expiry.
@@ -189,7 +196,9 @@ return 1
 
 # ARGV: owner, nonce, retention_ms.  A waiter gives up.
 # Returns {1, fence, count} if the lock was handed to this very wait meanwhile, else {0}.
-CANCEL = _PRELUDE + r"""
+CANCEL = (
+    _PRELUDE
+    + r"""
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
 local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
 if h[1] == owner and h[2] == nonce then return {1, h[3], h[4]} end
@@ -198,10 +207,13 @@ redis.call('HDEL', E, owner)
 if redis.call('EXISTS', L) == 0 then handoff(retention) end
 return {0}
 """
+)
 
 # ARGV: expected owner ('' = any), expected fence ('' = any), retention_ms.
 # Returns 1 when deleted, 0 when there was no lock, -1 when it did not match.
-FORCE_RELEASE = _PRELUDE + r"""
+FORCE_RELEASE = (
+    _PRELUDE
+    + r"""
 local want_owner, want_fence, retention = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('EXISTS', L) == 0 then return 0 end
 local ok, h = pcall(redis.call, 'HMGET', L, 'owner', 'fence')
@@ -212,6 +224,7 @@ redis.call('DEL', L)
 handoff(retention)
 return 1
 """
+)
 
 
 class Script:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .exceptions import LockBackendError
 from .identity import on_fork_in_child, process_token
@@ -80,9 +81,8 @@ class WakeHub:
         if self._ready.is_set():
             return
         if not self._ready.wait(timeout):
-            raise LockBackendError(
-                f"could not subscribe to the lock wake-up channel: {self._last_error or 'timed out'}"
-            )
+            reason = self._last_error or "timed out"
+            raise LockBackendError(f"could not subscribe to the lock wake-up channel: {reason}")
 
     def unregister(self, nonce: str) -> None:
         """Forget the waiter for *nonce* (its wait is over)."""

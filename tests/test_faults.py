@@ -30,13 +30,18 @@ def proxy() -> Iterator[TcpProxy]:
 
 def _client(port: int, retries: int) -> redis.Redis:
     return redis.Redis(
-        host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=1,
+        host="127.0.0.1",
+        port=port,
+        socket_timeout=2,
+        socket_connect_timeout=1,
         retry=Retry(NoBackoff(), retries),
     )
 
 
 @pytest.mark.parametrize("retries", [0, 3], ids=["our-retry", "redis-py-retries"])
-def test_lost_acquire_reply_is_resolved_not_reported_busy(proxy: TcpProxy, name: str, redis_client, retries: int) -> None:
+def test_lost_acquire_reply_is_resolved_not_reported_busy(
+    proxy: TcpProxy, name: str, redis_client, retries: int
+) -> None:
     manager = LockManager(client=_client(proxy.port, retries))
     lock = manager.lock(name)
     lock.locked()  # warm up: scripts and connection
@@ -50,7 +55,9 @@ def test_lost_acquire_reply_is_resolved_not_reported_busy(proxy: TcpProxy, name:
     assert redis_client.exists(info.key) == 0
 
 
-def test_lost_release_reply_does_not_release_twice(proxy: TcpProxy, name: str, redis_client) -> None:
+def test_lost_release_reply_does_not_release_twice(
+    proxy: TcpProxy, name: str, redis_client
+) -> None:
     manager = LockManager(client=_client(proxy.port, 0))
     lock = manager.lock(name)
     lock.acquire()
@@ -63,7 +70,9 @@ def test_lost_release_reply_does_not_release_twice(proxy: TcpProxy, name: str, r
     assert manager.get(name) is None
 
 
-def test_failed_release_keeps_the_hold_so_it_can_be_retried(proxy: TcpProxy, name: str, redis_client) -> None:
+def test_failed_release_keeps_the_hold_so_it_can_be_retried(
+    proxy: TcpProxy, name: str, redis_client
+) -> None:
     manager = LockManager(client=_client(proxy.port, 0))
     lock = manager.lock(name, auto_renew=False)
     lock.acquire()

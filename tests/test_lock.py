@@ -19,7 +19,9 @@ from django_redislock import (
 )
 
 
-def test_acquire_release_stores_metadata_and_deletes_key(manager: LockManager, name: str, redis_client) -> None:
+def test_acquire_release_stores_metadata_and_deletes_key(
+    manager: LockManager, name: str, redis_client
+) -> None:
     lock = manager.lock(name, ttl=10, purpose="nightly report", extra={"report": 42})
     assert lock.acquire(blocking=False)
     info = manager.get(name)
@@ -52,7 +54,9 @@ def test_second_owner_is_refused_and_cannot_release(manager: LockManager, name: 
     mine.release()
 
 
-def test_reentrant_per_owner_needs_matching_releases(manager: LockManager, name: str, redis_client) -> None:
+def test_reentrant_per_owner_needs_matching_releases(
+    manager: LockManager, name: str, redis_client
+) -> None:
     lock = manager.lock(name)
     other_instance_same_thread = manager.lock(name)
     assert lock.acquire(blocking=False)
@@ -89,7 +93,9 @@ def test_other_thread_is_another_owner(manager: LockManager, name: str) -> None:
     lock.release()
 
 
-def test_context_manager_and_fencing_tokens_increase(manager: LockManager, name: str, redis_client) -> None:
+def test_context_manager_and_fencing_tokens_increase(
+    manager: LockManager, name: str, redis_client
+) -> None:
     tokens = []
     for _ in range(5):
         with manager.lock(name) as held:
@@ -101,7 +107,9 @@ def test_context_manager_and_fencing_tokens_increase(manager: LockManager, name:
         assert held.fencing_token > tokens[-1]
 
 
-def test_fence_memory_is_bounded_by_retention(manager: LockManager, name: str, redis_client) -> None:
+def test_fence_memory_is_bounded_by_retention(
+    manager: LockManager, name: str, redis_client
+) -> None:
     with override_settings(REDISLOCK_FENCE_RETENTION=60):
         m = LockManager(manager.cache_alias)
         with m.lock(name):
@@ -223,7 +231,15 @@ def test_redis_py_style_arguments(manager: LockManager, name: str) -> None:
 
 
 def test_any_characters_in_names_are_stored_and_listed(manager: LockManager, redis_client) -> None:
-    names = ["}starts-with-brace", "\\backslash", "a*b?c[d]", "{tag}x", "ünïcode ✓", "sp ace", "new\nline"]
+    names = [
+        "}starts-with-brace",
+        "\\backslash",
+        "a*b?c[d]",
+        "{tag}x",
+        "ünïcode ✓",
+        "sp ace",
+        "new\nline",
+    ]
     held = [manager.lock(n, owner="o") for n in names]
     for lock in held:
         assert lock.acquire(blocking=False)

@@ -21,7 +21,10 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings", PYTHONPATH=str(ROOT))
     return subprocess.Popen(
         [sys.executable, "-m", "tests.proc", *args],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -61,7 +64,9 @@ def test_sigkilled_holder_frees_the_lock_after_its_ttl(name: str) -> None:
         _expect_line(holder, "acquired")
         holder.send_signal(signal.SIGKILL)
         holder.wait(10)
-        assert locks.get(name) is not None, "the killed holder's lock outlives it until the lease ends"
+        assert locks.get(name) is not None, (
+            "the killed holder's lock outlives it until the lease ends"
+        )
         waiter = locks.lock(name)
         started = time.monotonic()
         assert waiter.acquire(timeout=10)
@@ -85,7 +90,9 @@ def test_sigstopped_holder_finds_lock_lost_and_its_token_lower(name: str) -> Non
         assert _expect_line(holder, "lost")[1] == str(old_token)
         _expect_line(holder, "LockLost")
         assert old_token < new_token
-        assert locks.get(name).owner == "new-holder", "the resumed holder must not release the new holder's lock"
+        assert locks.get(name).owner == "new-holder", (
+            "the resumed holder must not release the new holder's lock"
+        )
         thief.release()
     finally:
         holder.send_signal(signal.SIGCONT)

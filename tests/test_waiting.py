@@ -14,7 +14,9 @@ from django_redislock import LockManager, signals
 WAKE_BOUND = 0.5
 
 
-def _start_waiter(manager: LockManager, name: str, results: list, **acquire_kwargs) -> threading.Thread:
+def _start_waiter(
+    manager: LockManager, name: str, results: list, **acquire_kwargs
+) -> threading.Thread:
     def run() -> None:
         lock = manager.lock(name)
         started = time.monotonic()
@@ -59,9 +61,11 @@ def test_waiters_are_served_first_come_first_served(manager: LockManager, name: 
     order: list[int] = []
     threads = []
     for i in range(4):
+
         def run(i: int = i) -> None:
             with manager.lock(name, timeout=20):
                 order.append(i)
+
         thread = threading.Thread(target=run)
         thread.start()
         threads.append(thread)
@@ -74,7 +78,9 @@ def test_waiters_are_served_first_come_first_served(manager: LockManager, name: 
     assert order == [0, 1, 2, 3]
 
 
-def test_timeout_is_kept_and_leaves_no_queue_entry(manager: LockManager, name: str, redis_client) -> None:
+def test_timeout_is_kept_and_leaves_no_queue_entry(
+    manager: LockManager, name: str, redis_client
+) -> None:
     holder = manager.lock(name, owner="holder")
     holder.acquire()
     results: list = []
@@ -163,13 +169,18 @@ def test_acquire_released_signals(manager: LockManager, name: str) -> None:
     try:
         with manager.lock(name) as lock:
             with manager.lock(name):
-                pass
+                assert manager.get(name).hold_count == 2
+        assert lock.fencing_token is None
     finally:
         signals.lock_acquired.disconnect(on_acquired)
         signals.lock_released.disconnect(on_released)
-    token = lock_token = events[0][2]
-    assert lock_token == token
-    assert events == [("acquired", 1, token), ("acquired", 2, token), ("released", 1), ("released", 0)]
+    token = events[0][2]
+    assert events == [
+        ("acquired", 1, token),
+        ("acquired", 2, token),
+        ("released", 1),
+        ("released", 0),
+    ]
 
 
 @pytest.mark.slow

@@ -102,7 +102,9 @@ def test_many_locks_are_renewed_together(manager: LockManager, name: str) -> Non
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_forked_child_neither_renews_nor_releases_parents_lock(manager: LockManager, name: str) -> None:
+def test_forked_child_neither_renews_nor_releases_parents_lock(
+    manager: LockManager, name: str
+) -> None:
     lock = manager.lock(name, ttl=0.6)
     lock.acquire()
     read_fd, write_fd = os.pipe()
@@ -112,7 +114,9 @@ def test_forked_child_neither_renews_nor_releases_parents_lock(manager: LockMana
         try:
             os.close(read_fd)
             results = [
-                "watchdog-idle" if not watchdog.running and watchdog.watched() == 0 else "watchdog-busy",
+                "watchdog-idle"
+                if not watchdog.running and watchdog.watched() == 0
+                else "watchdog-busy",
                 "owned" if lock.owned() else "not-owned",
             ]
             try:

@@ -30,7 +30,9 @@ def _holder(info: LockInfo) -> str:
 class Command(BaseCommand):
     """List held locks, show one lock's metadata, or force-release a lock."""
 
-    help = "Inspect and release django-redislock locks: list [--prefix P] | show NAME | release NAME"
+    help = (
+        "Inspect and release django-redislock locks: list [--prefix P] | show NAME | release NAME"
+    )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--cache", help="cache alias to use instead of REDISLOCK_CACHE")
