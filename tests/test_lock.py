@@ -295,3 +295,15 @@ def test_public_api_is_small() -> None:
     assert set(django_redislock.__all__) >= {"locks", "Lock", "LockNotAcquired", "LockError"}
     assert all(hasattr(django_redislock, n) for n in django_redislock.__all__)
     assert isinstance(locks.lock("x"), Lock)
+
+
+@pytest.mark.parametrize(
+    "lock_name", ["plain", "}leading-brace", "\\leading-escape", "{a}b", "a}b{c", "x" * 1024, "ü"]
+)
+def test_all_keys_of_a_lock_share_one_cluster_slot(lock_name: str) -> None:
+    from redis.crc import key_slot
+
+    keys = locks.backend().keyspace.keys(lock_name)
+    slots = {key_slot(k.encode()) for k in keys.as_list()}
+    assert len(slots) == 1, f"{lock_name!r} spreads over slots {slots}"
+    assert locks.backend().keyspace.name_from_key(keys.lock) == lock_name
