@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import enum
+import functools
 import hashlib
 import inspect
 import json
@@ -124,14 +125,25 @@ class KeySpec:
         self.base = base or dotted_name(func)
         self.drop_first = drop_first
         try:
-            self.signature: inspect.Signature | None = inspect.signature(func)
+            # method_decorator hands us a partial of the bound method whose
+            # __wrapped__ is the unbound one (with self): trust the partial.
+            self.signature: inspect.Signature | None = inspect.signature(
+                func, follow_wrapped=not isinstance(func, functools.partial)
+            )
         except (TypeError, ValueError):
             self.signature = None
         if skip_self and self.signature is not None:
             self.signature = _without_first(self.signature)
         self.fields: tuple[str, ...] = ()
+        #: Rendering may run arbitrary code (attribute lookups such as a lazy
+        #: ``request.user``, or a key callable): async callers render off the loop.
+        self.may_block = callable(key)
         if isinstance(key, str) and key != ARGS:
             self.fields = template_fields(key)
+            self.may_block = any(
+                field and ("." in field or "[" in field)
+                for _lit, field, _spec, _conv in _formatter.parse(key)
+            )
             self._check_fields(key)
         elif key is not None and key != ARGS and not callable(key):
             raise TypeError(

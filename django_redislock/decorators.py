@@ -146,7 +146,7 @@ def single_instance(
             lock_on_retry=lock_on_retry,
             manager=manager,
         )
-        if "celery" in sys.modules:
+        if sys.modules.get("celery") is not None:
             # Connects the worker's revoke handler in processes that run tasks.
             from . import celery as _celery  # noqa: F401
         if inspect.iscoroutinefunction(func):
@@ -169,7 +169,7 @@ def _check_decoratable(func: Any) -> None:
             "view use @method_decorator(single_instance(...), name='dispatch') "
             "(or name='post'), for a Celery task class use SingleInstanceTask"
         )
-    if "celery" in sys.modules:
+    if sys.modules.get("celery") is not None:
         from celery.app.task import Task
         from celery.local import Proxy
 
@@ -187,7 +187,7 @@ def _check_decoratable(func: Any) -> None:
 
 def _running_task(wrapper: Any) -> Any:
     """The Celery task whose body *wrapper* is, when that task is running now."""
-    if "celery" not in sys.modules:
+    if sys.modules.get("celery") is None:
         return None
     from celery._state import get_current_task
 
@@ -248,7 +248,10 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
     @functools.wraps(func)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         request = args[0] if args and isinstance(args[0], HttpRequest) else None
-        name = config.spec.render(args, kwargs)
+        if config.spec.may_block:
+            name = await sync_to_async(config.spec.render)(args, kwargs)
+        else:
+            name = config.spec.render(args, kwargs)
         # Thread identity means nothing across sync_to_async hops: one token per call.
         owner = _call_owner(config, args, kwargs) or secrets.token_hex(16)
         lock = config.make_lock(
