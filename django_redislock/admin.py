@@ -16,8 +16,9 @@ Permissions: ``django_redislock.view_heldlock`` to see the pages,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import update_wrapper
-from typing import Any, Callable
+from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
@@ -54,11 +55,15 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_release_permission(self, request: HttpRequest) -> bool:
         """Whether the user may force-release locks."""
-        return bool(request.user.has_perm(f"{self.opts.app_label}.release_lock"))
+        return self._has_perm(request, "release_lock")
 
     def has_extend_permission(self, request: HttpRequest) -> bool:
         """Whether the user may extend the lease of other holders' locks."""
-        return bool(request.user.has_perm(f"{self.opts.app_label}.extend_lock"))
+        return self._has_perm(request, "extend_lock")
+
+    def _has_perm(self, request: HttpRequest, codename: str) -> bool:
+        user: Any = request.user
+        return bool(user.has_perm(f"{self.opts.app_label}.{codename}"))
 
     def url(self, page: str, *args: Any) -> str:
         """The URL of one of this admin's pages on its admin site."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -273,16 +274,8 @@ def changelist_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRes
             {"seconds": s, "url": _qs(params, refresh=s), "current": s == refresh}
             for s in REFRESH_CHOICES
         ],
-        "host_choices": [{"label": "All", "url": _qs(base, kind=query.kind), "selected": not query.host}]
-        + [
-            {"label": h, "url": _qs(base, kind=query.kind, host=h), "selected": h == query.host}
-            for h in hosts
-        ],
-        "kind_choices": [{"label": "All", "url": _qs(base, host=query.host), "selected": not query.kind}]
-        + [
-            {"label": k, "url": _qs(base, host=query.host, kind=k), "selected": k == query.kind}
-            for k in kinds
-        ],
+        "host_choices": _choices(hosts, query.host, lambda h: _qs(base, kind=query.kind, host=h)),
+        "kind_choices": _choices(kinds, query.kind, lambda k: _qs(base, host=query.host, kind=k)),
         "prev_url": _qs(params, p=page.previous_page_number()) if page.has_previous() else None,
         "next_url": _qs(params, p=page.next_page_number()) if page.has_next() else None,
         "next_window_url": (
@@ -292,6 +285,15 @@ def changelist_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRes
         "list_qs": _qs(params)[1:],
     }
     return TemplateResponse(request, "django_redislock/admin/lock_list.html", context)
+
+
+def _choices(
+    values: list[str], current: str, url: Callable[[str], str]
+) -> list[dict[str, Any]]:
+    """Filter links: "All" then one per value, marking the current one."""
+    out = [{"label": "All", "url": url(""), "selected": not current}]
+    out += [{"label": v, "url": url(v), "selected": v == current} for v in values]
+    return out
 
 
 def _task_result_url(model_admin: HeldLockAdmin, task_id: str | None) -> str | None:
@@ -316,6 +318,10 @@ def _task_result_url(model_admin: HeldLockAdmin, task_id: str | None) -> str | N
         return None
 
 
+def _pretty(data: dict[str, Any] | None) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, default=str) if data else ""
+
+
 def change_view(model_admin: HeldLockAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
     """Everything known about one lock, with the release and extend buttons."""
     _require_view(model_admin, request)
@@ -328,8 +334,8 @@ def change_view(model_admin: HeldLockAdmin, request: HttpRequest, object_id: str
         **_context(model_admin, request, f"Lock {name}"),
         "name": name,
         "row": _row(model_admin, info) if info else None,
-        "meta_json": json.dumps(info.meta, indent=2, sort_keys=True) if info and info.meta else "",
-        "extra_json": json.dumps(info.extra, indent=2, sort_keys=True) if info and info.extra else "",
+        "meta_json": _pretty(info.meta if info else None),
+        "extra_json": _pretty(info.extra if info else None),
         "task_result_url": _task_result_url(model_admin, info.task_id if info else None),
     }
     return TemplateResponse(
@@ -514,13 +520,15 @@ def extend_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespons
         elif result.status == "changed":
             refused.append(target.name)
         else:
-            other.append(f"{target.name} ({'no expiry' if result.status == 'no-expiry' else 'gone'})")
+            why = "no expiry" if result.status == "no-expiry" else "gone"
+            other.append(f"{target.name} ({why})")
     if done:
         messages.success(request, f"Extended {done} lock{'s' * (done != 1)} by {seconds:g} s.")
     if refused:
         messages.warning(
             request,
-            "Not extended because the lock changed owner since you looked: " + ", ".join(refused[:20]),
+            "Not extended because the lock changed owner since you looked: "
+            + ", ".join(refused[:20]),
         )
     if other:
         messages.info(request, "Not extended: " + ", ".join(other[:20]))

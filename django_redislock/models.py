@@ -14,7 +14,7 @@ from django.db import models
 class HeldLock(models.Model):
     """A lock held in Redis, as the admin shows it (never stored in the database)."""
 
-    name = models.CharField(max_length=1024, primary_key=True)
+    name: models.CharField[str, str] = models.CharField(max_length=1024, primary_key=True)
 
     class Meta:
         managed = False
@@ -27,4 +27,4 @@ class HeldLock(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.name
+        return str(self.name)

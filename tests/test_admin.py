@@ -78,7 +78,9 @@ def rows(response: Any) -> list[str]:
 def user_with(*codenames: str, staff: bool = True) -> User:
     """A staff user holding the given django_redislock permissions."""
     user = User.objects.create_user(f"u{User.objects.count()}", password="pw", is_staff=staff)
-    perms = Permission.objects.filter(content_type__app_label="django_redislock", codename__in=codenames)
+    perms = Permission.objects.filter(
+        content_type__app_label="django_redislock", codename__in=codenames
+    )
     assert perms.count() == len(codenames)
     user.user_permissions.add(*perms)
     return user
@@ -143,7 +145,8 @@ def test_anonymous_is_sent_to_login(client: Client, held: Any, redis_client: red
         response = client.get(url)
         assert response.status_code == 302
         assert response["Location"].startswith("/admin/login/")
-    response = client.post(RELEASE, {"target": json.dumps({"n": "anon:1", "o": None, "f": None}), "confirm": "yes"})
+    target = json.dumps({"n": "anon:1", "o": None, "f": None})
+    response = client.post(RELEASE, {"target": target, "confirm": "yes"})
     assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
     assert lk.locked()
 
@@ -460,7 +463,9 @@ def test_extend_leaves_a_lock_that_changed_owner(su: Client, held: Any) -> None:
 
 def test_malformed_targets_are_ignored(su: Client, held: Any) -> None:
     lk = held("safe:1")
-    for bad in ("not json", "{}", '{"n": "", "o": null, "f": null}', '{"n": "safe:1", "o": 5, "f": null}'):
+    bad_values = ("not json", "{}", '{"n": "", "o": null, "f": null}',
+                  '{"n": "safe:1", "o": 5, "f": null}', '{"n": "safe:1", "o": null, "f": true}')
+    for bad in bad_values:
         response = su.post(RELEASE, {"target": bad, "confirm": "yes"})
         assert response.status_code == 302
     assert lk.locked()
