@@ -25,6 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 
 from . import admin_views
+from .exceptions import LockBackendError
 from .manager import LockManager, locks
 from .models import HeldLock
 
@@ -40,6 +41,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     scan_window = 1000
     #: Most lock keys one request loads while searching/filtering.
     scan_budget = 20000
+    #: SCAN ``COUNT`` hint; whole batches are kept, so a window may exceed scan_window by this.
+    scan_batch = 1000
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         """Locks are taken by code, never added in the admin."""
@@ -73,8 +76,14 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
     def _wrap(self, view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                return view(request, *args, **kwargs)
+            except LockBackendError as exc:
+                return admin_views.backend_unavailable(self, request, exc)
+
         def wrapper(*args: Any, **kwargs: Any) -> HttpResponse:
-            return self.admin_site.admin_view(view)(*args, **kwargs)
+            return self.admin_site.admin_view(guarded)(*args, **kwargs)
 
         return update_wrapper(wrapper, view)
 

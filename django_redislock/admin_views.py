@@ -25,6 +25,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
+from redis.exceptions import RedisError
 
 from .admin_listing import ORDERINGS, ListQuery, load_infos, scan_window
 from .exceptions import LockBackendError
@@ -32,6 +33,7 @@ from .info import LockInfo
 from .keys import validate_name
 from .models import HeldLock
 from .operator_scripts import force_extend
+from .scripts import backend_error
 
 if TYPE_CHECKING:
     from .admin import HeldLockAdmin
@@ -223,6 +225,16 @@ def _context(model_admin: HeldLockAdmin, request: HttpRequest, title: str) -> di
     }
 
 
+def backend_unavailable(
+    model_admin: HeldLockAdmin, request: HttpRequest, exc: LockBackendError
+) -> HttpResponse:
+    """The page shown (503) when Redis cannot be reached or answers with an error."""
+    context = {**_context(model_admin, request, "Redis is unavailable"), "error": str(exc)}
+    return TemplateResponse(
+        request, "django_redislock/admin/lock_error.html", context, status=503
+    )
+
+
 def _require_view(model_admin: HeldLockAdmin, request: HttpRequest) -> None:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
@@ -240,6 +252,7 @@ def changelist_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRes
             query,
             window=model_admin.scan_window,
             budget=model_admin.scan_budget,
+            batch=model_admin.scan_batch,
         )
     except LockBackendError as exc:
         window, error = None, str(exc)
@@ -267,6 +280,7 @@ def changelist_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRes
         "page": page,
         "rows": [_row(model_admin, info) for info in page.object_list],
         "matched": len(rows),
+        "window_full": len(rows) >= model_admin.scan_window,
         "params": params,
         "sort_links": sort_links,
         "refresh": refresh,
@@ -357,7 +371,10 @@ def _targets(request: HttpRequest) -> list[Target]:
 def _current(model_admin: HeldLockAdmin, names: list[str]) -> dict[str, LockInfo]:
     backend = model_admin.lock_manager.backend()
     keyspace = backend.keyspace
-    infos = load_infos(backend.client, keyspace, [keyspace.keys(n).lock for n in names])
+    try:
+        infos = load_infos(backend.client, keyspace, [keyspace.keys(n).lock for n in names])
+    except RedisError as exc:
+        raise backend_error(exc, "read the locks", None) from exc
     return {info.name: info for info in infos}
 
 

@@ -325,14 +325,18 @@ def test_pages_over_many_locks(su: Client, redis_client: redis.Redis) -> None:
 def test_scan_windows_reach_every_lock(
     su: Client, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(django_admin.site._registry[HeldLock], "scan_window", 200)
+    model_admin = django_admin.site._registry[HeldLock]
+    monkeypatch.setattr(model_admin, "scan_window", 150)
+    monkeypatch.setattr(model_admin, "scan_batch", 100)
     pipe = redis_client.pipeline(transaction=False)
-    for i in range(3000):
+    for i in range(1000):
         put_lock(pipe, f"w:{i}")  # type: ignore[arg-type]
     pipe.execute()
     seen: set[str] = set()
     url = LIST
-    for _ in range(100):  # bounded: 3000 locks in windows of >= 200
+    windows = 0
+    for _ in range(100):  # bounded: 1000 locks in windows of >= 150 rows
+        windows += 1
         response = su.get(url)
         window = response.context["window"]
         for page in range(1, response.context["page"].paginator.num_pages + 1):
@@ -344,7 +348,34 @@ def test_scan_windows_reach_every_lock(
         url = LIST + response.context["next_window_url"]
     else:
         raise AssertionError("the scan never completed")
-    assert seen == {f"w:{i}" for i in range(3000)}
+    assert seen == {f"w:{i}" for i in range(1000)}
+    assert 2 <= windows <= 8
+
+
+def test_scan_budget_bounds_a_search(
+    su: Client, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model_admin = django_admin.site._registry[HeldLock]
+    monkeypatch.setattr(model_admin, "scan_budget", 200)
+    monkeypatch.setattr(model_admin, "scan_batch", 100)
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(1000):
+        put_lock(pipe, f"s:{i}", meta={"host": "web-1"})  # type: ignore[arg-type]
+    put_lock(pipe, "needle", meta={"host": "web-2"})  # type: ignore[arg-type]
+    pipe.execute()
+    response = su.get(LIST, {"host": "web-3"})
+    assert rows(response) == [] and not response.context["window"].complete
+    assert 200 <= response.context["window"].examined < 400
+    assert "among the first" in response.content.decode()
+    found = set()
+    url = LIST + "?host=web-2"
+    for _ in range(20):  # bounded: 1001 keys, >= 200 per request
+        response = su.get(url)
+        found.update(rows(response))
+        if response.context["window"].complete:
+            break
+        url = LIST + response.context["next_window_url"]
+    assert found == {"needle"}
 
 
 # --- escaping ------------------------------------------------------------------------------
@@ -516,3 +547,23 @@ def test_force_extend(manager: LockManager, name: str) -> None:
     forever.release()
     with pytest.raises(ValueError):
         force_extend(manager, name, 0)
+
+
+# --- Redis unreachable -----------------------------------------------------------------------
+
+
+def test_redis_down_is_reported_not_a_crash(su: Client) -> None:
+    # A real fault: nothing listens on this loopback port.
+    from tests.redis_server import free_port
+
+    with override_settings(REDISLOCK_URL=f"redis://127.0.0.1:{free_port()}/0"):
+        listing = su.get(LIST)
+        assert listing.status_code == 200
+        assert "Cannot read the locks from Redis" in listing.content.decode()
+        detail = su.get(LIST + "x/change/")
+        assert detail.status_code == 503 and "Cannot reach the locks" in detail.content.decode()
+        target = json.dumps({"n": "x", "o": "o", "f": 1})
+        assert su.post(RELEASE, {"target": target}).status_code == 503
+        assert su.post(RELEASE, {"target": target, "confirm": "yes"}).status_code == 503
+        extend = {"target": target, "confirm": "yes", "seconds": "5"}
+        assert su.post(EXTEND, extend).status_code == 503
