@@ -166,6 +166,39 @@ def based_unique(n: int) -> int:
     return n
 
 
+# Peer libraries, for benchmarks/bench_celery.py (optional: the ``bench`` extra).
+PEERS: list[str] = []
+try:
+    from celery_once import QueueOnce
+except ImportError:  # pragma: no cover - optional
+    pass
+else:
+    app.conf.ONCE = {
+        "backend": "celery_once.backends.Redis",
+        "settings": {"url": f"{_BASE}/5", "default_timeout": 60},
+    }
+
+    @app.task(base=QueueOnce, once={"keys": ["n"]})
+    def once_task(n: int) -> int:
+        """celery-once's QueueOnce around a trivial body (benchmark)."""
+        return n
+
+    PEERS.append("once_task")
+try:
+    from celery_singleton import Singleton
+except ImportError:  # pragma: no cover - optional
+    pass
+else:
+    app.conf.singleton_backend_url = f"{_BASE}/5"
+
+    @app.task(base=Singleton)
+    def singleton_task(n: int) -> int:
+        """celery-singleton's Singleton around a trivial body (benchmark)."""
+        return n
+
+    PEERS.append("singleton_task")
+
+
 class Worker:
     """A real ``celery worker`` subprocess on this app, in its own process group."""
 

@@ -156,7 +156,11 @@ def test_task_key_template_is_checked_when_the_task_is_made() -> None:
         @eager.task(base=SingleInstanceTask, lock_key="k:{m}")
         def bad(n: int) -> None: ...
 
+        bad.name  # noqa: B018  (a lazy task is created when first used)
+
     with pytest.raises(ValueError, match="no argument called 'self'|no argument called 'x'"):
 
         @eager.task(bind=True, base=SingleInstanceTask, lock_key="k:{x}")
         def bad_bound(self: Any, n: int) -> None: ...
+
+        bad_bound.name  # noqa: B018

@@ -217,3 +217,20 @@ def test_killed_worker_lock_expires_within_one_lease(name: str) -> None:
         w.stop()
     wait_until(lambda: locks.get("short:2") is None, 5, "the dead worker's lease to expire")
     assert time.monotonic() - killed_at <= 2.5  # one lease (1 s) plus polling slack
+
+
+def test_revoked_and_expired_queued_tasks_release_their_enqueue_lock(
+    worker: ca.Worker, name: str
+) -> None:
+    expiring = ca.unique.apply_async((21, f"{name}-a"), countdown=1, expires=0.5)
+    revoked = ca.unique.apply_async((22, f"{name}-b"), countdown=1)
+    for item, result in ((21, expiring), (22, revoked)):
+        info = locks.get(f"uniq:{item}")
+        assert info is not None and info.owner == result.id and info.ttl > 30
+    ca.app.control.revoke(revoked.id)
+    # Well within the 31 s lease: only the worker's revoke handler can free them this soon.
+    wait_until(lambda: locks.get("uniq:21") is None and locks.get("uniq:22") is None, 15,
+               "the revoke handler to release both enqueue locks")
+    assert ca.probe.llen(f"events:{name}-a") == 0 and ca.probe.llen(f"events:{name}-b") == 0
+    wait_until(lambda: expiring.state == "REVOKED" and revoked.state == "REVOKED", RESULT_WAIT,
+               "the REVOKED states")
