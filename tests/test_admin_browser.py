@@ -2,7 +2,8 @@
 
 A separate Python process holds a lock through the package; the test logs in,
 sees that lock with the other process's pid, watches the lease count down,
-searches for it, releases it through the confirmation page and sees it gone.
+sees the page auto-refresh without losing its search, searches for the lock,
+releases it through the confirmation page and sees it gone.
 It also checks the dark theme applies, and saves a screenshot of the page
 (copied to ``docs/images/admin-locks.png`` when ``REDISLOCK_UPDATE_SCREENSHOTS=1``).
 """
@@ -167,6 +168,16 @@ def test_release_a_lock_held_by_another_process(
             page.emulate_media(color_scheme="light")
             light_bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
             assert dark_bg != light_bg
+
+            # Auto-refresh reloads the page by itself and keeps the search.
+            page.goto(f"{list_url}?q=report&refresh=5")
+            before = page.evaluate("performance.timeOrigin")
+            with page.expect_navigation(timeout=12_000):
+                pass
+            assert page.evaluate("performance.timeOrigin") > before
+            assert "q=report" in page.url and "refresh=5" in page.url
+            expect(page.locator("#result_list tbody tr")).to_have_count(1)
+            page.goto(list_url)
 
             # Search (literal), then release through the confirmation page.
             page.fill("#searchbar", "account-17")
