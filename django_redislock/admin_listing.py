@@ -10,8 +10,9 @@ stopped early the caller shows "more than N" and offers the next cursor.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
