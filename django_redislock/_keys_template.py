@@ -19,7 +19,8 @@ import inspect
 import json
 import string
 import uuid
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 #: Marker for "the function's dotted name plus a digest of all its arguments".
 ARGS = "<args>"
@@ -175,7 +176,8 @@ class KeySpec:
     @property
     def is_static(self) -> bool:
         """Whether the name does not depend on the arguments."""
-        return self.key is None or (isinstance(self.key, str) and not self.fields and self.key != ARGS)
+        key = self.key
+        return key is None or (isinstance(key, str) and not self.fields and key != ARGS)
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The call's arguments by name, defaults applied, ``**kwargs`` flattened in."""

@@ -20,7 +20,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from celery import Task
 from celery._state import get_current_task
@@ -335,7 +336,6 @@ class _UnlockedMarker:
 _Unlocked: Any = _UnlockedMarker()
 
 
-@task_revoked.connect(weak=False, dispatch_uid="django_redislock.release_on_revoke")
 def _release_on_revoke(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
     """Free a revoked (or expired, or terminated) task's lock, in the worker's main process."""
     task = sender
@@ -358,13 +358,18 @@ def _release_on_revoke(sender: Any = None, request: Any = None, **kwargs: Any) -
 
 def _config_of(task: Any) -> tuple[GuardConfig, KeySpec] | None:
     if isinstance(task, SingleInstanceTask):
-        config = task._lock_config()
-        return config, config.spec
+        own = task._lock_config()
+        return own, own.spec
     run = type(task).__dict__.get("run")
     func = run.__func__ if isinstance(run, staticmethod) else run
-    config = getattr(func, "_redislock_config", None)
+    config: GuardConfig | None = getattr(func, "_redislock_config", None)
     if config is None:
         return None
     if isinstance(run, staticmethod):
         return config, config.spec
     return config, _bound_spec(config)
+
+
+task_revoked.connect(
+    _release_on_revoke, weak=False, dispatch_uid="django_redislock.release_on_revoke"
+)

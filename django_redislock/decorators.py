@@ -22,8 +22,9 @@ import logging
 import math
 import secrets
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.http import HttpRequest, HttpResponse
 
@@ -231,7 +232,9 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
     return wrapper
 
 
-def _run_held(lock: Lock, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _run_held(
+    lock: Lock, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     # Same exit semantics as ``with lock:`` (LockLost when the lease was lost).
     try:
         result = func(*args, **kwargs)
@@ -324,7 +327,9 @@ def retry_after(info: LockInfo | None, config: GuardConfig) -> int:
     return max(1, math.ceil(config.ttl or 1))
 
 
-def _view_locked(config: GuardConfig, name: str, info: LockInfo | None, request: HttpRequest) -> Any:
+def _view_locked(
+    config: GuardConfig, name: str, info: LockInfo | None, request: HttpRequest
+) -> Any:
     on_locked = config.on_locked
     logger.info("redislock: request %s %s refused: lock %r held by %s",
                 request.method, request.path, name, _holder(info))

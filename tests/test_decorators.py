@@ -75,7 +75,8 @@ def test_args_key_is_per_arguments_and_readable() -> None:
 
     spec = KeySpec(single_instance.ARGS, report)
     one = spec.render(("sales",), {})
-    assert one.startswith(f"{__name__}.test_args_key_is_per_arguments_and_readable.<locals>.report:")
+    prefix = f"{__name__}.test_args_key_is_per_arguments_and_readable.<locals>.report:"
+    assert one.startswith(prefix)
     assert one == spec.render((), {"kind": "sales", "year": 2026})
     assert one != spec.render(("sales", 2025), {})
 

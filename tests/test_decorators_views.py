@@ -22,7 +22,9 @@ pytestmark = pytest.mark.urls(__name__)
 
 def _seen(name: str) -> HttpResponse:
     info = locks.get(name)
-    return JsonResponse({"kind": info.kind if info else None, "purpose": info.purpose if info else None})
+    return JsonResponse(
+        {"kind": info.kind if info else None, "purpose": info.purpose if info else None}
+    )
 
 
 @csrf_exempt
