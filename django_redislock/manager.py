@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from collections.abc import Iterator
 from typing import Any
 
 from django.core.signals import setting_changed
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from . import signals
 from .backend import Backend
@@ -22,6 +23,7 @@ from .connection import resolve_client
 from .info import LockInfo
 from .keys import KeySpace, to_millis, validate_name, validate_seconds
 from .lock import Lock
+from .operator_scripts import ExtendResult, force_extend
 from .scripts import backend_error, force_release_script
 
 logger = logging.getLogger("django_redislock")
@@ -93,12 +95,12 @@ class LockManager:
             pipe = backend.client.pipeline(transaction=False)
             pipe.hgetall(key)
             pipe.pttl(key)
-            fields, pttl = pipe.execute()
+            fields, pttl = _tolerate_wrong_type(pipe.execute(raise_on_error=False))
         except RedisError as exc:
             raise backend_error(exc, "read the lock", name) from exc
         if pttl == -2:
             return None
-        return LockInfo.from_redis(name, key, fields, int(pttl))
+        return _info(name, key, fields, int(pttl))
 
     def active(self, prefix: str = "", *, batch_size: int = 500) -> Iterator[LockInfo]:
         """Iterate over the held locks whose name starts with *prefix*.
@@ -138,7 +140,7 @@ class LockManager:
             pttl = int(replies[2 * i + 1])
             if name is None or pttl == -2:
                 continue
-            yield LockInfo.from_redis(name, text, replies[2 * i], pttl)
+            yield _info(name, text, replies[2 * i], pttl)
 
     def force_release(
         self, name: str, *, owner: str | None = None, fencing_token: int | None = None
@@ -179,8 +181,43 @@ class LockManager:
         signals.force_released.send(sender=LockManager, name=name, info=before, released=released)
         return released
 
+    def force_extend(
+        self,
+        name: str,
+        seconds: float,
+        *,
+        owner: str | None = None,
+        fencing_token: int | None = None,
+    ) -> ExtendResult:
+        """Add *seconds* to the lease of the lock *name*, whoever holds it (operator action).
+
+        With *owner* and/or *fencing_token* the lease is extended only if the
+        lock still has that owner / token. See :class:`ExtendResult`.
+        """
+        result = force_extend(self, name, seconds, owner=owner, fencing_token=fencing_token)
+        if result.extended:
+            logger.warning("redislock: lease of lock %r extended by %ss by an operator", name, seconds)
+        return result
+
     def __repr__(self) -> str:
         return f"<LockManager cache={self.cache_alias!r} url={self.url!r}>"
+
+
+def _tolerate_wrong_type(replies: list[Any]) -> list[Any]:
+    """Turn a WRONGTYPE error for a non-hash key (another tool's) into 'no fields'."""
+    fields, pttl = replies
+    if isinstance(pttl, Exception):
+        raise pttl
+    if isinstance(fields, ResponseError) and "WRONGTYPE" in str(fields):
+        fields = None
+    elif isinstance(fields, Exception):
+        raise fields
+    return [fields, pttl]
+
+
+def _info(name: str, key: str, fields: Any, pttl: int) -> LockInfo:
+    info = LockInfo.from_redis(name, key, fields, pttl)
+    return info if fields is not None else replace(info, kind="foreign")
 
 
 #: The default manager, configured by the ``REDISLOCK_*`` settings.

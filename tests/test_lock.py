@@ -307,3 +307,23 @@ def test_all_keys_of_a_lock_share_one_cluster_slot(lock_name: str) -> None:
     slots = {key_slot(k.encode()) for k in keys.as_list()}
     assert len(slots) == 1, f"{lock_name!r} spreads over slots {slots}"
     assert locks.backend().keyspace.name_from_key(keys.lock) == lock_name
+
+
+def test_foreign_keys_under_the_prefix_are_shown_and_releasable(manager: LockManager, redis_client) -> None:
+    key = manager.backend().keyspace.keys("foreign").lock
+    redis_client.set(key, "written by another tool", px=60_000)
+    info = manager.get("foreign")
+    assert info is not None and info.kind == "foreign" and info.owner is None
+    assert 0 < info.ttl <= 60
+    assert manager.force_release("foreign")
+    assert redis_client.exists(key) == 0
+
+
+def test_force_extend_compares_owner(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name, owner="holder", ttl=10, auto_renew=False)
+    lock.acquire()
+    assert manager.force_extend(name, 5, owner="other").status == "changed"
+    result = manager.force_extend(name, 20, owner="holder", fencing_token=lock.fencing_token)
+    assert result.extended and 29 < result.ttl <= 30
+    lock.release()
+    assert manager.force_extend(name, 5).status == "gone"
