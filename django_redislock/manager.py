@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -196,7 +196,9 @@ class LockManager:
         """
         result = force_extend(self, name, seconds, owner=owner, fencing_token=fencing_token)
         if result.extended:
-            logger.warning("redislock: lease of lock %r extended by %ss by an operator", name, seconds)
+            logger.warning(
+                "redislock: lease of lock %r extended by %ss by an operator", name, seconds
+            )
         return result
 
     def __repr__(self) -> str:

@@ -309,7 +309,9 @@ def test_all_keys_of_a_lock_share_one_cluster_slot(lock_name: str) -> None:
     assert locks.backend().keyspace.name_from_key(keys.lock) == lock_name
 
 
-def test_foreign_keys_under_the_prefix_are_shown_and_releasable(manager: LockManager, redis_client) -> None:
+def test_foreign_keys_under_the_prefix_are_shown_and_releasable(
+    manager: LockManager, redis_client
+) -> None:
     key = manager.backend().keyspace.keys("foreign").lock
     redis_client.set(key, "written by another tool", px=60_000)
     info = manager.get("foreign")
