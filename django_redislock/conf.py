@@ -25,7 +25,8 @@ DEFAULTS: dict[str, Any] = {
     "REDISLOCK_AUTO_RENEW": True,
     # Whether leaving a ``with`` block whose lock was lost raises LockLost.
     "REDISLOCK_RAISE_ON_LOST": True,
-    # How long (seconds) the per-name fencing counter is kept after its last use.
+    # How long (seconds) the per-name fencing counter lives once created; after
+    # that it is re-seeded from the Redis clock, so tokens keep increasing.
     "REDISLOCK_FENCE_RETENTION": 86400,
     # Cache aliases of independent Redis masters for quorum locks (reserved).
     "REDISLOCK_REDLOCK_CACHES": [],

