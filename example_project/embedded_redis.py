@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -97,9 +98,9 @@ def answers_ping(port: int) -> bool:
 class EmbeddedRedis:
     """One redis-server on 127.0.0.1 with its files in a temporary directory."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, extra_args: Sequence[str] = ()) -> None:
         self.port = port or free_port()
-        self.dir = tempfile.mkdtemp(prefix="redislock-example-")
+        self.dir = tempfile.mkdtemp(prefix="redislock-")
         self.process = subprocess.Popen(
             [
                 redis_server_binary(),
@@ -109,6 +110,7 @@ class EmbeddedRedis:
                 "--appendonly", "no",
                 "--dir", self.dir,
                 "--logfile", str(Path(self.dir) / "redis.log"),
+                *extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
