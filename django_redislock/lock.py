@@ -135,22 +135,8 @@ class Lock:
         if purpose is not None and not isinstance(purpose, str):
             raise TypeError(f"purpose must be a str, not {type(purpose).__name__}")
         self.purpose = purpose
-        if extra is not None:
-            if not isinstance(extra, dict):
-                raise TypeError(f"extra must be a dict, not {type(extra).__name__}")
-            try:
-                json.dumps(extra)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"extra must be JSON-serialisable: {exc}") from None
-        self.extra = extra
-        if meta is not None:
-            if not isinstance(meta, dict):
-                raise TypeError(f"meta must be a dict, not {type(meta).__name__}")
-            try:
-                json.dumps(meta)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"meta must be JSON-serialisable: {exc}") from None
-        self.meta = meta
+        self.extra = _json_dict(extra, "extra")
+        self.meta = _json_dict(meta, "meta")
         if raise_on_lost is None:
             raise_on_lost = bool(get_setting("REDISLOCK_RAISE_ON_LOST"))
         self.raise_on_lost = raise_on_lost
@@ -534,6 +520,19 @@ class Lock:
 
     def __repr__(self) -> str:
         return f"<Lock {self.name!r} ttl={self.ttl_seconds}>"
+
+
+def _json_dict(value: object, what: str) -> dict[str, Any] | None:
+    """Return *value* if it is None or a JSON-serialisable dict, else raise TypeError."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} must be a dict, not {type(value).__name__}")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
+    return value
 
 
 def _validate_owner(owner: object) -> str:
