@@ -85,6 +85,12 @@ REDISLOCK_KEY_PREFIX = "redislock"
 REDISLOCK_DEFAULT_TTL = 30
 REDISLOCK_AUTO_RENEW = True
 
+# Celery (example/celery_app.py): the broker and results on the same Redis by default.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

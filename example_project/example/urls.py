@@ -12,5 +12,6 @@ urlpatterns = [
     path("counter/", views.counter, name="counter"),
     path("hold/", views.hold, name="hold"),
     path("locks.json", views.locks_json, name="locks_json"),
+    path("report/", views.report, name="report"),
     path("admin/", admin.site.urls),
 ]

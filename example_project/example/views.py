@@ -90,3 +90,27 @@ def locks_json(request: HttpRequest) -> JsonResponse:
     prefix = request.GET.get("prefix", "")
     rows = sorted((_as_json(info) for info in locks.active(prefix)), key=lambda r: r["name"])
     return JsonResponse({"locks": rows})
+
+
+@require_POST
+def report(request: HttpRequest) -> HttpResponse:
+    """Queue the ``build_report`` Celery task (single instance per account)."""
+    from .tasks import build_report  # Celery is only needed for this demo
+
+    try:
+        account_id = int(request.POST.get("account_id", "1"))
+        seconds = float(request.POST.get("seconds", "20"))
+    except ValueError:
+        messages.error(request, "Account and seconds must be numbers.")
+        return redirect("home")
+    result = build_report.delay(account_id, seconds)
+    held = locks.get(f"report:{account_id}")
+    if held is not None and held.task_id:
+        messages.warning(
+            request,
+            f"Queued task {result.id}, but report:{account_id} is already held by task "
+            f"{held.task_id}: the new task will be skipped unless that one finishes first.",
+        )
+    else:
+        messages.success(request, f"Queued task {result.id} for account {account_id}.")
+    return redirect("home")
