@@ -7,6 +7,7 @@ test Redis (database 3), which is emptied afterwards.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +53,20 @@ def nested(self: Any, n: int, depth: int) -> Any:
 @single_instance("busy:{n}", on_locked="retry")
 def retries(self: Any, n: int) -> str:
     """Retries while busy:<n> is held."""
+    return "ran"
+
+
+@eager.task
+@single_instance("wait:{n}", on_locked="wait", timeout=10)
+def waits(n: int) -> str:
+    """Waits up to 10 s for wait:<n>."""
+    return "ran"
+
+
+@eager.task
+@single_instance("wait:{n}", on_locked="wait", timeout=0.2)
+def waits_briefly(n: int) -> str:
+    """Waits up to 0.2 s for wait:<n>."""
     return "ran"
 
 
@@ -164,3 +179,17 @@ def test_task_key_template_is_checked_when_the_task_is_made() -> None:
         def bad_bound(self: Any, n: int) -> None: ...
 
         bad_bound.name  # noqa: B018
+
+
+def test_wait_mode_blocks_until_the_holder_releases_or_the_timeout() -> None:
+    holder = locks.lock("wait:1", owner="someone")
+    assert holder.acquire(blocking=False)
+    with pytest.raises(LockNotAcquired, match="someone"):
+        waits_briefly.delay(1)
+    timer = threading.Timer(0.3, holder.release)
+    timer.start()
+    try:
+        assert waits.delay(1).get() == "ran"
+    finally:
+        timer.cancel()
+    assert locks.get("wait:1") is None
