@@ -124,6 +124,16 @@ def retry_once(self: Any, n: int, tag: str) -> str:
     return "done"
 
 
+@app.task(bind=True, max_retries=3)
+@single_instance("retry-release:{n}", lock_on_retry="release")
+def retry_releasing(self: Any, n: int, tag: str) -> str:
+    """Retries itself once (countdown 1 s), freeing its lock meanwhile; then finishes."""
+    _event(tag, "run", self.request.id, self.request.retries)
+    if self.request.retries == 0:
+        raise self.retry(countdown=1)
+    return "done"
+
+
 @app.task(bind=True, base=SingleInstanceTask, lock_key="resched", unique_on_enqueue=True)
 def reschedule(self: Any, left: int, tag: str) -> str:
     """Re-queues itself *left* more times from inside its own body."""

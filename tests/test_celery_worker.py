@@ -160,6 +160,16 @@ def test_retry_keeps_the_lock_then_releases(worker: ca.Worker, name: str) -> Non
     assert locks.get("retry-keep:1") is None
 
 
+def test_retry_can_release_the_lock_meanwhile(worker: ca.Worker, name: str) -> None:
+    result = ca.retry_releasing.delay(2, name)
+    assert wait_event(name)[:3] == ["run", result.id, "0"]
+    wait_until(lambda: result.state == "RETRY", RESULT_WAIT, "the retry")
+    assert locks.get("retry-release:2") is None
+    assert result.get(timeout=RESULT_WAIT) == "done"
+    assert wait_event(name)[:3] == ["run", result.id, "1"]
+    assert locks.get("retry-release:2") is None
+
+
 def test_self_rescheduling_task_does_not_deadlock(worker: ca.Worker, name: str) -> None:
     ca.reschedule.delay(2, name)
     lefts = [wait_event(name)[2] for _ in range(3)]
@@ -203,9 +213,14 @@ def test_task_longer_than_its_lease_stays_exclusive(worker: ca.Worker, name: str
 
 
 def test_killed_worker_lock_expires_within_one_lease(name: str) -> None:
+    # Locks held by others (e.g. other workers' running tasks) survive a worker's start-up.
+    others = locks.lock("acct:99", owner="another-workers-task")
+    assert others.acquire(blocking=False)
     w = ca.Worker(concurrency=1, name="doomed", queues="doomed")
     try:
         w.wait_ready()
+        info = locks.get("acct:99")
+        assert info is not None and info.owner == "another-workers-task"
         # Its own queue, so the module's worker (if running) cannot take it.
         result = ca.short_hold.apply_async((2, name), queue="doomed")  # lease 1 s, renewed
         assert wait_event(name) == ["start", result.id]

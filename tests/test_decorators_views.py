@@ -82,6 +82,12 @@ def custom(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @csrf_exempt
+@single_instance("invoice:{pk}", on_locked=HttpResponse("come back later", status=503))
+def fixed(request: HttpRequest, pk: int) -> HttpResponse:
+    return HttpResponse("ran")
+
+
+@csrf_exempt
 @single_instance("invoice:{pk}", on_locked="raise")
 def raising(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse("ran")
@@ -97,6 +103,7 @@ urlpatterns = [
     path("outer-async/", outer_login_async),
     path("custom/<int:pk>/", custom),
     path("raising/<int:pk>/", raising),
+    path("fixed/<int:pk>/", fixed),
 ]
 
 
@@ -143,6 +150,8 @@ def test_async_views_answer_409_when_held(held: Any, url: str) -> None:
 def test_on_locked_callable_and_raise(held: Any) -> None:
     response = Client().post("/custom/17/")
     assert response.status_code == 423 and response.content == b"busy, held by other-request"
+    fixed = Client().post("/fixed/17/")
+    assert fixed.status_code == 503 and fixed.content == b"come back later"
     with pytest.raises(LockNotAcquired):
         Client(raise_request_exception=True).post("/raising/17/")
 
