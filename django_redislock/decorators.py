@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.http import HttpRequest, HttpResponse
 
-from ._keys_template import ARGS, KeySpec, dotted_name
+from ._keys_template import ARGS, KeySpec
 from .exceptions import LockNotAcquired
 from .info import LockInfo
 
@@ -220,7 +220,7 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
             owner = secrets.token_hex(16)
         lock = config.make_lock(
             name, owner, meta={"kind": "view" if request is not None else "function"},
-            purpose=_purpose(func, request),
+            purpose=_purpose(config, request),
         )
         if not config.acquire(lock, wait=config.on_locked == "wait"):
             info = config.lock_manager().get(name)
@@ -259,7 +259,7 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
         owner = _call_owner(config, args, kwargs) or secrets.token_hex(16)
         lock = config.make_lock(
             name, owner, meta={"kind": "view" if request is not None else "function"},
-            purpose=_purpose(func, request),
+            purpose=_purpose(config, request),
         )
         acquired = await sync_to_async(config.acquire, thread_sensitive=False)(
             lock, wait=config.on_locked == "wait"
@@ -285,10 +285,10 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
     return wrapper
 
 
-def _purpose(func: Callable[..., Any], request: HttpRequest | None) -> str:
+def _purpose(config: GuardConfig, request: HttpRequest | None) -> str:
     if request is not None:
         return f"{request.method} {request.path}"[:200]
-    return dotted_name(func)
+    return config.spec.base
 
 
 def _holder(info: LockInfo | None) -> str:
