@@ -309,3 +309,26 @@ def test_import_without_celery_installed() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_explicit_owner_string_and_callable(name: str) -> None:
+    @single_instance(f"{name}:{{n}}", owner="batch-7")
+    def fixed(n: int) -> str | None:
+        info = locks.get(f"{name}:{n}")
+        return info.owner if info else None
+
+    @single_instance(f"{name}:{{n}}", owner=lambda n: f"job-{n}")
+    def computed(n: int) -> str | None:
+        info = locks.get(f"{name}:{n}")
+        return info.owner if info else None
+
+    assert fixed(1) == "batch-7"
+    assert computed(2) == "job-2"
+    # Another caller with the same explicit owner re-enters instead of being refused.
+    held = locks.lock(f"{name}:3", owner="batch-7")
+    assert held.acquire(blocking=False)
+    try:
+        assert fixed(3) == "batch-7"
+        assert locks.get(f"{name}:3") is not None  # still held by the outer hold
+    finally:
+        held.release()
