@@ -233,7 +233,8 @@ class KeySpec:
 def _without_first(signature: inspect.Signature) -> inspect.Signature:
     params = list(signature.parameters.values())
     if params and params[0].kind in (
-        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
     ):
         params = params[1:]
     return signature.replace(parameters=params)

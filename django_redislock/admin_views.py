@@ -230,9 +230,7 @@ def backend_unavailable(
 ) -> HttpResponse:
     """The page shown (503) when Redis cannot be reached or answers with an error."""
     context = {**_context(model_admin, request, "Redis is unavailable"), "error": str(exc)}
-    return TemplateResponse(
-        request, "django_redislock/admin/lock_error.html", context, status=503
-    )
+    return TemplateResponse(request, "django_redislock/admin/lock_error.html", context, status=503)
 
 
 def _require_view(model_admin: HeldLockAdmin, request: HttpRequest) -> None:
@@ -301,9 +299,7 @@ def changelist_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRes
     return TemplateResponse(request, "django_redislock/admin/lock_list.html", context)
 
 
-def _choices(
-    values: list[str], current: str, url: Callable[[str], str]
-) -> list[dict[str, Any]]:
+def _choices(values: list[str], current: str, url: Callable[[str], str]) -> list[dict[str, Any]]:
     """Filter links: "All" then one per value, marking the current one."""
     out = [{"label": "All", "url": url(""), "selected": not current}]
     out += [{"label": v, "url": url(v), "selected": v == current} for v in values]
@@ -325,8 +321,10 @@ def _task_result_url(model_admin: HeldLockAdmin, task_id: str | None) -> str | N
         pk = model.objects.filter(task_id=task_id).values_list("pk", flat=True).first()
         if pk is not None:
             return reverse(f"{site}:django_celery_results_taskresult_change", args=(pk,))
-        return reverse(f"{site}:django_celery_results_taskresult_changelist") + "?" + urlencode(
-            {"q": task_id}
+        return (
+            reverse(f"{site}:django_celery_results_taskresult_changelist")
+            + "?"
+            + urlencode({"q": task_id})
         )
     except NoReverseMatch:
         return None
@@ -459,9 +457,7 @@ def release_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespon
     released, refused, gone, failed = 0, [], 0, []
     for target in targets:
         try:
-            ok = manager.force_release(
-                target.name, owner=target.owner, fencing_token=target.fence
-            )
+            ok = manager.force_release(target.name, owner=target.owner, fencing_token=target.fence)
         except LockBackendError as exc:
             failed.append(f"{target.name} ({exc})")
             continue
@@ -515,14 +511,21 @@ def extend_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespons
             raise ValueError
     except ValueError:
         return _confirm_page(
-            model_admin, request, "extend", targets, raw,
+            model_admin,
+            request,
+            "extend",
+            targets,
+            raw,
             error=f"Enter a number of seconds between 1 and {MAX_EXTEND_SECONDS}.",
         )
     done, refused, other = 0, [], []
     for target in targets:
         result = force_extend(
-            model_admin.lock_manager, target.name, seconds,
-            owner=target.owner, fencing_token=target.fence,
+            model_admin.lock_manager,
+            target.name,
+            seconds,
+            owner=target.owner,
+            fencing_token=target.fence,
         )
         if result.extended:
             done += 1

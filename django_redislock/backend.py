@@ -18,8 +18,11 @@ class Backend:
     retention_ms: int
     _hub_prefix: str = field(init=False)
 
+    retention_arg: bytes = field(init=False)
+
     def __post_init__(self) -> None:
         self._hub_prefix = f"{self.keyspace.prefix}:wake:"
+        self.retention_arg = str(self.retention_ms).encode()
 
     def hub(self) -> WakeHub:
         """This process's wake-up hub for the client (created on first use)."""

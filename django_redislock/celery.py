@@ -132,7 +132,9 @@ def _release_at_end(lock: Lock, task: Task) -> None:
         logger.warning(
             "redislock: task %s[%s] lost its lock %r before it finished "
             "(lease expired or force-released); another run may have overlapped",
-            task.name, task.request.id, lock.name,
+            task.name,
+            task.request.id,
+            lock.name,
         )
 
 
@@ -148,14 +150,22 @@ def _keep_for_retry(lock: Lock, exc: Retry, config: GuardConfig) -> None:
 
 
 def _task_locked(
-    task: Task, config: GuardConfig, on_locked: Any, name: str,
-    call_args: tuple[Any, ...], kwargs: dict[str, Any],
+    task: Task,
+    config: GuardConfig,
+    on_locked: Any,
+    name: str,
+    call_args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     info = config.lock_manager().get(name)
     holder = None if info is None else (info.task_id or info.owner)
     logger.warning(
         "redislock: task %s[%s] found lock %r held by %s (on_locked=%s)",
-        task.name, task.request.id, name, holder, getattr(on_locked, "__name__", on_locked),
+        task.name,
+        task.request.id,
+        name,
+        holder,
+        getattr(on_locked, "__name__", on_locked),
     )
     if on_locked == "skip":
         return _skipped(name, holder)
@@ -172,8 +182,11 @@ def _task_locked(
 
 
 def run_decorated_task(
-    task: Task, config: GuardConfig, func: Callable[..., Any],
-    args: tuple[Any, ...], kwargs: dict[str, Any],
+    task: Task,
+    config: GuardConfig,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     """Run the body of a ``@single_instance``-decorated task under its lock."""
     spec = config.spec
@@ -262,13 +275,21 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
         """Run the task body under its lock (in the worker, eagerly, or called directly)."""
         config = self._lock_config()
         return run_guarded(
-            self, config, config.spec, args, kwargs,
+            self,
+            config,
+            config.spec,
+            args,
+            kwargs,
             lambda: super(SingleInstanceTask, self).__call__(*args, **kwargs),
         )
 
     def apply_async(
-        self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
-        *rest: Any, **options: Any,
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        *rest: Any,
+        **options: Any,
     ) -> Any:
         """Send the task; with ``unique_on_enqueue``, only if no identical task is pending.
 
@@ -324,7 +345,8 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             raise DuplicateTaskError(
                 f"task {self.name} with lock {name!r} is already queued or running "
                 f"(held by {holder or info.owner})",
-                name=name, task_id=holder,
+                name=name,
+                task_id=holder,
             )
         return self.AsyncResult(holder)
 
@@ -347,8 +369,10 @@ def _release_on_revoke(sender: Any = None, request: Any = None, **kwargs: Any) -
         if spec_config is None:
             return
         config, spec = spec_config
-        name = spec.render(tuple(getattr(request, "args", None) or ()),
-                           dict(getattr(request, "kwargs", None) or {}))
+        name = spec.render(
+            tuple(getattr(request, "args", None) or ()),
+            dict(getattr(request, "kwargs", None) or {}),
+        )
         lock = config.lock_manager().lock(name, owner=task_id, auto_renew=False)
         if release_all(lock):
             logger.info("redislock: released lock %r of revoked task %s", name, task_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 
 #: Every setting this package reads, with its default.
 DEFAULTS: dict[str, Any] = {
@@ -36,6 +37,25 @@ DEFAULTS: dict[str, Any] = {
 MAX_NAME_LENGTH = 1024
 
 
+_cache: dict[str, Any] = {}
+
+
 def get_setting(name: str) -> Any:
-    """Return the current value of the ``REDISLOCK_*`` setting *name*, or its default."""
-    return getattr(django_settings, name, DEFAULTS[name])
+    """Return the current value of the ``REDISLOCK_*`` setting *name*, or its default.
+
+    Values are cached (Lock() reads several on every construction) and the
+    cache is dropped whenever Django reports a changed setting, so
+    ``override_settings`` keeps working.
+    """
+    try:
+        return _cache[name]
+    except KeyError:
+        value = _cache[name] = getattr(django_settings, name, DEFAULTS[name])
+        return value
+
+
+def _clear_cache(**kwargs: Any) -> None:
+    _cache.clear()
+
+
+setting_changed.connect(_clear_cache, dispatch_uid="django_redislock.conf")

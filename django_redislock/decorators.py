@@ -219,7 +219,9 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
         if owner is None and request is not None:
             owner = secrets.token_hex(16)
         lock = config.make_lock(
-            name, owner, meta={"kind": "view" if request is not None else "function"},
+            name,
+            owner,
+            meta={"kind": "view" if request is not None else "function"},
             purpose=_purpose(config, request),
         )
         if not config.acquire(lock, wait=config.on_locked == "wait"):
@@ -258,7 +260,9 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
         # Thread identity means nothing across sync_to_async hops: one token per call.
         owner = _call_owner(config, args, kwargs) or secrets.token_hex(16)
         lock = config.make_lock(
-            name, owner, meta={"kind": "view" if request is not None else "function"},
+            name,
+            owner,
+            meta={"kind": "view" if request is not None else "function"},
             purpose=_purpose(config, request),
         )
         acquired = await sync_to_async(config.acquire, thread_sensitive=False)(
@@ -303,14 +307,18 @@ def not_acquired(name: str, info: LockInfo | None) -> LockNotAcquired:
 
 
 def _function_locked(
-    config: GuardConfig, name: str, info: LockInfo | None, args: tuple[Any, ...],
+    config: GuardConfig,
+    name: str,
+    info: LockInfo | None,
+    args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
     on_locked = config.on_locked
     if on_locked is DEFAULT or on_locked in ("raise", "wait"):
         raise not_acquired(name, info)
-    logger.info("redislock: call of %s skipped: lock %r held by %s",
-                config.spec.base, name, _holder(info))
+    logger.info(
+        "redislock: call of %s skipped: lock %r held by %s", config.spec.base, name, _holder(info)
+    )
     if on_locked == "skip":
         return None
     if on_locked in ("retry",):
@@ -331,8 +339,13 @@ def _view_locked(
     config: GuardConfig, name: str, info: LockInfo | None, request: HttpRequest
 ) -> Any:
     on_locked = config.on_locked
-    logger.info("redislock: request %s %s refused: lock %r held by %s",
-                request.method, request.path, name, _holder(info))
+    logger.info(
+        "redislock: request %s %s refused: lock %r held by %s",
+        request.method,
+        request.path,
+        name,
+        _holder(info),
+    )
     if on_locked == "raise":
         raise not_acquired(name, info)
     if isinstance(on_locked, HttpResponse):

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from .conf import MAX_NAME_LENGTH
 
 _ESCAPE = "\\"
+#: How many names' keys a KeySpace remembers before starting over.
+_KEY_CACHE_SIZE = 4096
 _GLOB_SPECIAL = set("*?[]\\")
 
 
@@ -84,6 +87,16 @@ class LockKeys:
         """The keys in the order the Lua scripts expect them."""
         return [self.lock, self.fence, self.queue, self.waiters]
 
+    @cached_property
+    def all(self) -> tuple[bytes, bytes, bytes, bytes]:
+        """The keys in the order the Lua scripts expect them, UTF-8 encoded once."""
+        return (
+            self.lock.encode(),
+            self.fence.encode(),
+            self.queue.encode(),
+            self.waiters.encode(),
+        )
+
 
 class KeySpace:
     """Maps lock names to keys (and back) under one key prefix."""
@@ -95,9 +108,18 @@ class KeySpace:
             raise ValueError("REDISLOCK_KEY_PREFIX must not contain '{', '}' or '|'")
         self.prefix = prefix
         self._lock_head = f"{prefix}:{{"
+        self._cache: dict[str, LockKeys] = {}
 
     def keys(self, name: str) -> LockKeys:
         """Return the keys of the lock called *name* (which must be valid)."""
+        keys = self._cache.get(name)
+        if keys is None:
+            if len(self._cache) >= _KEY_CACHE_SIZE:
+                self._cache.clear()
+            keys = self._cache[name] = self._make_keys(name)
+        return keys
+
+    def _make_keys(self, name: str) -> LockKeys:
         tag = "{" + _tag_part(name) + "}"
         p = self.prefix
         return LockKeys(

@@ -46,11 +46,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_redislock")
 
 _UNSET: Any = object()
+#: Metadata JSON of locks without purpose/extra/meta, per (pid, thread name).
+_plain_meta: dict[tuple[int, str], tuple[tuple[int, str], bytes]] = {}
 MAX_OWNER_LENGTH = 256
 #: Upper bound of one client-side wait between fallback polls (seconds).
 POLL_SLICE = 1.0
-#: How long a waiter's queue entry lives without being refreshed.
-ENTRY_LIFE_MS = 4000
 
 
 def _decode(value: Any) -> Any:
@@ -126,6 +126,7 @@ class Lock:
             if no_expiry:
                 raise ValueError("no_expiry=True needs ttl=None")
             self.ttl_ms = to_millis(validate_seconds(ttl, "ttl"), "ttl")
+        self._ttl_arg = str(self.ttl_ms).encode()
         self.timeout = None if timeout is None else validate_seconds(timeout, "timeout")
         self.blocking = bool(blocking)
         if auto_renew is None:
@@ -143,7 +144,7 @@ class Lock:
         self._holds: dict[str, _Hold] = {}
         self._pending_release: dict[str, str] = {}
         self._keys_cache: tuple[Any, LockKeys] | None = None
-        self._meta_cache: tuple[tuple[int, str], str] | None = None
+        self._meta_cache: tuple[tuple[int, str], bytes] | None = None
 
     # -- identity and plumbing -------------------------------------------------
 
@@ -169,11 +170,13 @@ class Lock:
         """The Redis key of the lock's hash."""
         return self._backend()[1].lock
 
-    def _meta(self) -> str:
-        # Serialised once per (process, thread name): it is sent on every acquire.
+    def _meta(self) -> bytes:
+        # Sent on every acquire, so serialised once per (process, thread name):
+        # shared by all plain locks, and per Lock when it has its own metadata.
         ident = (os.getpid(), threading.current_thread().name)
-        cached = self._meta_cache
-        if cached is not None and cached[0] == ident:
+        plain = self.purpose is None and not self.extra and not self.meta
+        cached = _plain_meta.get(ident) if plain else self._meta_cache
+        if cached is not None and (plain or cached[0] == ident):
             return cached[1]
         meta: dict[str, Any] = {"host": HOSTNAME, "pid": ident[0], "thread": ident[1]}
         if self.purpose is not None:
@@ -183,8 +186,13 @@ class Lock:
         if self.meta:
             for field, value in self.meta.items():
                 meta.setdefault(field, value)
-        text = json.dumps(meta, separators=(",", ":"))
-        self._meta_cache = (ident, text)
+        text = json.dumps(meta, separators=(",", ":")).encode()
+        if plain:
+            if len(_plain_meta) >= 1024:
+                _plain_meta.clear()
+            _plain_meta[ident] = (ident, text)
+        else:
+            self._meta_cache = (ident, text)
         return text
 
     def _run(
@@ -192,7 +200,7 @@ class Lock:
     ) -> Any:
         """Run an idempotent script, retrying once when the reply was lost."""
         try:
-            return script(backend.client, keys.as_list(), args)
+            return script(backend.client, keys.all, args)
         except AMBIGUOUS_ERRORS:
             # The command may or may not have run. The scripts are idempotent for
             # the same nonce, so asking again tells us what actually happened.
@@ -200,7 +208,7 @@ class Lock:
         except RedisError as exc:
             raise backend_error(exc, action, self.name) from exc
         try:
-            return script(backend.client, keys.as_list(), args)
+            return script(backend.client, keys.all, args)
         except RedisError as exc:
             raise backend_error(exc, action, self.name) from exc
 
@@ -243,7 +251,7 @@ class Lock:
         backend, keys = self._backend()
         nonce = new_nonce()
         if not blocking:
-            result = self._attempt(backend, keys, owner, nonce, wait=False)
+            result = self._attempt(backend, keys, owner, nonce, b"")
             if result[0] == 1:
                 self._acquired(backend, keys, owner, int(result[1]), int(result[2]))
                 return True
@@ -251,41 +259,41 @@ class Lock:
             return False
         return self._acquire_blocking(backend, keys, owner, nonce, timeout)
 
-    def _attempt(self, backend: Backend, keys: LockKeys, owner: str, nonce: str, wait: bool) -> Any:
-        return self._run(
-            acquire_script,
-            backend,
-            keys,
-            [
-                owner,
-                nonce,
-                self.ttl_ms,
-                self._meta(),
-                1 if wait else 0,
-                ENTRY_LIFE_MS,
-                backend.hub().channel if wait else "",
-                backend.retention_ms,
-                int(time.time() * 1000),
-            ],
-            "acquire the lock",
+    def _attempt(
+        self, backend: Backend, keys: LockKeys, owner: str, nonce: str, channel: bytes
+    ) -> Any:
+        """One acquire script call; with a *channel*, queue as a waiter if the lock is held."""
+        args = (
+            owner,
+            nonce,
+            self._ttl_arg,
+            self._meta(),
+            int(time.time() * 1000),
+            backend.retention_arg,
+            channel,
         )
+        return self._run(acquire_script, backend, keys, args, "acquire the lock")
 
     def _acquire_blocking(
         self, backend: Backend, keys: LockKeys, owner: str, nonce: str, timeout: float | None
     ) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         hub = backend.hub()
+        listening = hub.ready
+        result = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
+        if result[0] == 1:
+            self._acquired(backend, keys, owner, int(result[1]), int(result[2]))
+            return True
+        self._contended(owner, result[1])
+        # Queued. A hand-off published from now on reaches the hub, which keeps
+        # it for us even if it arrives before this registration.
         waiter = hub.register(nonce)
         try:
-            listening = hub.ready
-            result = self._attempt(backend, keys, owner, nonce, wait=True)
-            if result[0] != 1:
-                self._contended(owner, result[1])
-                if not listening:
-                    # First wait of this process: a hand-off published before the
-                    # subscription was active would be missed, so ask once more.
-                    hub.wait_ready()
-                    result = self._attempt(backend, keys, owner, nonce, wait=True)
+            if not (listening and hub.ready):
+                # The hub was not subscribed when we queued: a hand-off published
+                # meanwhile was missed, so ask Redis once more after subscribing.
+                hub.wait_ready()
+                result = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
             while result[0] != 1:
                 if waiter.event.is_set():
                     result = [1, waiter.fence, 1]
@@ -302,7 +310,7 @@ class Lock:
                             cancel_script,
                             backend,
                             keys,
-                            [owner, nonce, backend.retention_ms],
+                            (owner, nonce, backend.retention_arg),
                             "cancel the wait",
                         )
                         if result[0] != 1:
@@ -312,7 +320,7 @@ class Lock:
                 if waiter.wait(pause):
                     result = [1, waiter.fence, 1]
                     break
-                result = self._attempt(backend, keys, owner, nonce, wait=True)
+                result = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
         finally:
             hub.unregister(nonce)
         self._acquired(backend, keys, owner, int(result[1]), int(result[2]))
@@ -362,7 +370,9 @@ class Lock:
         lock (nothing changes), :class:`LockBackendError` when Redis cannot
         confirm the release (the hold is kept, so the release can be retried).
         """
-        owner = self.owner
+        return self._release(self.owner)
+
+    def _release(self, owner: str) -> int:
         backend, keys = self._backend()
         nonce = self._pending_release.get(owner) or new_nonce()
         self._pending_release[owner] = nonce
@@ -371,7 +381,7 @@ class Lock:
                 release_script,
                 backend,
                 keys,
-                [owner, nonce, backend.retention_ms],
+                (owner, nonce, backend.retention_arg),
                 "release the lock",
             )
         )
@@ -504,7 +514,7 @@ class Lock:
         hold = self._holds.get(owner)
         reason = hold.lost_reason if hold is not None else None
         try:
-            self.release()
+            self._release(owner)
         except LockNotOwned:
             reason = reason or "its lease expired or it was released by someone else"
             if hold is not None and hold.lost_reason is None:

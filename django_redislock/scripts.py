@@ -33,18 +33,51 @@ from redis.exceptions import NoScriptError
 
 from .exceptions import LockBackendError
 
-_PRELUDE = r"""
+# Shared by every script that may grant the lock. On Redis 7 each redis.call
+# costs microseconds of overhead and so does defining helper functions, so the
+# fast paths are written first and the queue helpers (_QUEUE) are only defined
+# on the slow paths that need them.
+_GRANT = r"""
 local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-
--- On Redis 7 each redis.call costs a few microseconds of overhead, so the fast
--- paths make as few as they can: TIME, for one, is only asked when needed.
 local clock
 local function now_us()
   if not clock then clock = redis.call('TIME') end
   return tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 end
-local function now_ms() return math.floor(now_us() / 1000) end
 local function num(x) return string.format('%.0f', x) end
+
+-- Make *owner* the holder, overwriting any previous holder's fields. The
+-- fencing token is the fence hash's counter + 1; when that hash is new (first
+-- use, or its retention ran out) the counter is seeded from the Redis clock in
+-- microseconds, so tokens keep increasing unless the Redis clock went back.
+-- With *overwrite*, the previous holder's hash is reused in place (a hand-off
+-- from a release), so its partial-release nonce is cleared too.
+local function grant(owner, nonce, ttl, meta, since_ms, retention, overwrite)
+  local fence = redis.call('HINCRBY', F, 'fence', 1)
+  if fence == 1 then
+    fence = now_us()
+    redis.call('HSET', F, 'fence', num(fence))
+    redis.call('PEXPIRE', F, retention)
+  end
+  fence = num(fence)
+  if overwrite then
+    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
+               'ttl', ttl, 'op', nonce, 'meta', meta, 'rel', '')
+  else
+    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
+               'ttl', ttl, 'op', nonce, 'meta', meta)
+  end
+  if tonumber(ttl) > 0 then
+    redis.call('PEXPIRE', L, ttl)
+  elseif overwrite then
+    redis.call('PERSIST', L)
+  end
+  return fence
+end
+"""
+
+_QUEUE = r"""
+local function now_ms() return math.floor(now_us() / 1000) end
 
 local function entry_fields(e)
   local out, start = {}, 1
@@ -55,24 +88,6 @@ local function entry_fields(e)
   end
   out[5] = string.sub(e, start)
   return out
-end
-
--- Make *owner* the holder. The fencing token is the fence hash's counter + 1;
--- when that hash is new (first use, or its retention ran out) the counter is
--- seeded from the Redis clock in microseconds, so tokens keep increasing
--- across the gap unless the Redis clock went backwards.
-local function grant(owner, nonce, ttl, meta, since_ms, retention)
-  local fence = redis.call('HINCRBY', F, 'fence', 1)
-  if fence == 1 then
-    fence = now_us()
-    redis.call('HSET', F, 'fence', num(fence))
-    redis.call('PEXPIRE', F, retention)
-  end
-  fence = num(fence)
-  redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence,
-             'since', since_ms, 'ttl', ttl, 'op', nonce, 'meta', meta)
-  if tonumber(ttl) > 0 then redis.call('PEXPIRE', L, ttl) end
-  return fence
 end
 
 -- The first waiter whose entry has not expired; dead entries are dropped.
@@ -89,28 +104,30 @@ local function live_head()
   end
 end
 
--- Grant the (free) lock to the first live waiter and wake it.
-local function handoff(retention)
+-- Grant the lock to the first live waiter and wake it; false if there is none.
+local function handoff(retention, overwrite)
   local w, e = live_head()
   if not w then return false end
   redis.call('LPOP', Q)
   redis.call('HDEL', E, w)
   local p = entry_fields(e)
-  local fence = grant(w, p[4], p[2], p[5], num(now_ms()), retention)
+  local fence = grant(w, p[4], p[2], p[5], num(now_ms()), retention, overwrite)
   redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
   return true
 end
 """
 
-# ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, wait (0/1), entry_life_ms,
-#       channel, retention_ms, now_ms (client clock, for the "since" field)
+#: How long a waiter's queue entry lives without being refreshed (ms).
+ENTRY_LIFE_MS = 4000
+
+# ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, now_ms (client clock, for
+#       the "since" field), retention_ms, channel ('' = do not queue when held)
 # Returns {1, fence, count} when held by owner, else {0, pttl_ms}.
 # A hash with no owner field under our prefix is treated as free.
 ACQUIRE = (
-    _PRELUDE
+    _GRANT
     + r"""
 local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local wait, life, channel, retention = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
 if h[1] == owner then
   if h[2] == nonce then
@@ -125,6 +142,16 @@ if h[1] == owner then
   end
   return {1, h[3], c}
 end
+local retention = ARGV[6]
+if not h[1] and redis.call('EXISTS', Q) == 0 then
+  return {1, grant(owner, nonce, ttl, meta, ARGV[5], retention), 1}
+end
+"""
+    + _QUEUE
+    + r"""
+local channel, life = ARGV[7], """
+    + str(ENTRY_LIFE_MS)
+    + r"""
 if not h[1] then
   local head = live_head()
   if not head or head == owner then
@@ -132,11 +159,11 @@ if not h[1] then
       redis.call('LPOP', Q)
       redis.call('HDEL', E, owner)
     end
-    return {1, grant(owner, nonce, ttl, meta, ARGV[9], retention), 1}
+    return {1, grant(owner, nonce, ttl, meta, ARGV[5], retention), 1}
   end
   handoff(retention)
 end
-if wait == '1' then
+if channel ~= '' then
   local entry = num(now_ms() + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta
   if redis.call('HSET', E, owner, entry) == 1 then
     redis.call('RPUSH', Q, owner)
@@ -152,7 +179,7 @@ return {0, redis.call('PTTL', L)}
 # Returns the remaining hold count (0 = released), or -1 when not owned.
 # The nonce makes a retried release (after a lost reply) count once.
 RELEASE = (
-    _PRELUDE
+    _GRANT
     + r"""
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
 local h = redis.call('HMGET', L, 'owner', 'rel', 'count')
@@ -166,9 +193,15 @@ if c > 0 then
   redis.call('HSET', L, 'count', c, 'rel', nonce)
   return c
 end
-redis.call('DEL', L)
 if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
-handoff(retention)
+if redis.call('EXISTS', Q) == 0 then
+  redis.call('DEL', L)
+  return 0
+end
+"""
+    + _QUEUE
+    + r"""
+if not handoff(retention, true) then redis.call('DEL', L) end
 return 0
 """
 )
@@ -197,7 +230,8 @@ return 1
 # ARGV: owner, nonce, retention_ms.  A waiter gives up.
 # Returns {1, fence, count} if the lock was handed to this very wait meanwhile, else {0}.
 CANCEL = (
-    _PRELUDE
+    _GRANT
+    + _QUEUE
     + r"""
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
 local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
@@ -212,7 +246,8 @@ return {0}
 # ARGV: expected owner ('' = any), expected fence ('' = any), retention_ms.
 # Returns 1 when deleted, 0 when there was no lock, -1 when it did not match.
 FORCE_RELEASE = (
-    _PRELUDE
+    _GRANT
+    + _QUEUE
     + r"""
 local want_owner, want_fence, retention = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('EXISTS', L) == 0 then return 0 end
@@ -234,7 +269,7 @@ class Script:
         self.source = source
         self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
 
-    def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def __call__(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run the script on *client*; Redis errors are left for the caller to map."""
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)

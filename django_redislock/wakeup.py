@@ -27,6 +27,7 @@ logger = logging.getLogger("django_redislock")
 #: A subscriber thread with no waiter for this long exits.
 IDLE_EXIT_SECONDS = 30.0
 _SUBSCRIBE_TIMEOUT = 5.0
+_EARLY_GRANTS_KEPT = 256
 
 
 class Waiter:
@@ -57,16 +58,23 @@ class WakeHub:
     def __init__(self, client: Any, channel_prefix: str) -> None:
         self._client = client
         self.channel = f"{channel_prefix}{process_token()}"
+        self.channel_arg = self.channel.encode()
         self._waiters: dict[str, Waiter] = {}
+        self._early: dict[str, int] = {}
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_error: BaseException | None = None
 
     def register(self, nonce: str, callback: Callable[[int], None] | None = None) -> Waiter:
-        """Register a waiter for the wait identified by *nonce* and make sure we listen."""
+        """Register a waiter for the wait identified by *nonce* and make sure we listen.
+
+        A hand-off that arrived before the registration (the waiter queued,
+        then registered) is delivered at once.
+        """
         waiter = Waiter(callback)
         with self._lock:
+            early = self._early.pop(nonce, None)
             self._waiters[nonce] = waiter
             if self._thread is None:
                 self._ready.clear()
@@ -74,6 +82,8 @@ class WakeHub:
                     target=self._run, name="redislock-wakeup", daemon=True
                 )
                 self._thread.start()
+        if early is not None:
+            waiter.deliver(early)
         return waiter
 
     def wait_ready(self, timeout: float = _SUBSCRIBE_TIMEOUT) -> None:
@@ -99,8 +109,14 @@ class WakeHub:
         nonce, _, fence = text.partition(" ")
         with self._lock:
             waiter = self._waiters.get(nonce)
-        if waiter is not None:
-            waiter.deliver(int(fence))
+            if waiter is None:
+                # Its waiter has not registered yet (or already gave up): keep
+                # the grant briefly; the oldest are dropped past a small bound.
+                if len(self._early) >= _EARLY_GRANTS_KEPT:
+                    del self._early[next(iter(self._early))]
+                self._early[nonce] = int(fence)
+                return
+        waiter.deliver(int(fence))
 
     def _run(self) -> None:
         backoff = 0.05
