@@ -295,7 +295,7 @@ class Lock:
                 hub.wait_ready()
                 result = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
             while result[0] != 1:
-                if waiter.event.is_set():
+                if waiter.fence is not None:
                     result = [1, waiter.fence, 1]
                     break
                 now = time.monotonic()
@@ -317,7 +317,7 @@ class Lock:
                             return False
                         break
                     pause = min(pause, deadline - now)
-                if waiter.wait(pause):
+                if hub.wait(waiter, pause):
                     result = [1, waiter.fence, 1]
                     break
                 result = self._attempt(backend, keys, owner, nonce, hub.channel_arg)

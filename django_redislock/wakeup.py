@@ -2,13 +2,21 @@
 
 A release grants the lock to the first waiter inside the release script and
 publishes ``"<nonce> <fence>"`` on the waiter's *process channel*. Each process
-runs at most one subscriber thread per Redis connection pool; it passes the
-message to the waiting thread (or asyncio task) by the nonce of its wait.
+has one :class:`WakeHub` per Redis connection pool, holding one pub/sub
+connection subscribed to that channel.
 
-Waiters wait on the client side (``threading.Event.wait``), so deadlines are
-kept to the millisecond; Redis's own blocking-command timeouts are only as
-precise as the server's cron (up to 100 ms late at the default ``hz 10``).
-A lost message is covered by the waiter's bounded, jittered fallback poll.
+There is no background thread. The waiting threads read the subscription
+themselves, one at a time (leader/follower): whichever waiter finds nobody
+reading becomes the reader, passes every message it reads to the waiter it
+belongs to (by the wait's nonce), and when its own wait ends it promotes another
+waiter to take over. So the thread that was handed the lock is usually the one
+that reads the message: no thread hop, no extra wake-up. Messages that arrive
+while nobody reads wait in the socket.
+
+Waits are timed on the client side, so deadlines are kept to the millisecond;
+Redis's own blocking-command timeouts are only as precise as the server's cron
+(up to 100 ms late at the default ``hz 10``). A lost message (a dropped
+connection) is covered by the waiter's bounded, jittered fallback poll.
 """
 
 from __future__ import annotations
@@ -16,7 +24,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from .exceptions import LockBackendError
@@ -24,36 +31,29 @@ from .identity import on_fork_in_child, process_token
 
 logger = logging.getLogger("django_redislock")
 
-#: A subscriber thread with no waiter for this long exits.
-IDLE_EXIT_SECONDS = 30.0
 _SUBSCRIBE_TIMEOUT = 5.0
+#: Hand-offs kept for waiters that have not registered yet (oldest dropped).
 _EARLY_GRANTS_KEPT = 256
 
 
 class Waiter:
-    """One blocked acquire: an event set when the lock is handed to it."""
+    """One blocked acquire. Its event is set when the lock is handed to it,
+    or when it is asked to take over reading the subscription."""
 
-    __slots__ = ("event", "fence", "callback")
+    __slots__ = ("event", "fence")
 
-    def __init__(self, callback: Callable[[int], None] | None = None) -> None:
+    def __init__(self) -> None:
         self.event = threading.Event()
         self.fence: int | None = None
-        self.callback = callback
 
     def deliver(self, fence: int) -> None:
         """Record the hand-off and wake the waiter."""
         self.fence = fence
         self.event.set()
-        if self.callback is not None:
-            self.callback(fence)
-
-    def wait(self, timeout: float) -> bool:
-        """Block up to *timeout* seconds; True if the lock was handed over."""
-        return self.event.wait(timeout)
 
 
 class WakeHub:
-    """The subscriber thread of one process for one Redis connection pool."""
+    """The wake-up channel of one process for one Redis connection pool."""
 
     def __init__(self, client: Any, channel_prefix: str) -> None:
         self._client = client
@@ -61,52 +61,86 @@ class WakeHub:
         self.channel_arg = self.channel.encode()
         self._waiters: dict[str, Waiter] = {}
         self._early: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # guards _waiters and _early
+        self._reader = threading.Lock()  # held by the thread reading the subscription
+        self._pubsub: Any = None  # used only by the reader
+        self._subscribed = False
         self._last_error: BaseException | None = None
 
-    def register(self, nonce: str, callback: Callable[[int], None] | None = None) -> Waiter:
-        """Register a waiter for the wait identified by *nonce* and make sure we listen.
+    @property
+    def ready(self) -> bool:
+        """Whether Redis has confirmed the subscription on the current connection."""
+        return self._subscribed
+
+    def register(self, nonce: str) -> Waiter:
+        """Register the wait identified by *nonce*.
 
         A hand-off that arrived before the registration (the waiter queued,
         then registered) is delivered at once.
         """
-        waiter = Waiter(callback)
+        waiter = Waiter()
         with self._lock:
             early = self._early.pop(nonce, None)
             self._waiters[nonce] = waiter
-            if self._thread is None:
-                self._ready.clear()
-                self._thread = threading.Thread(
-                    target=self._run, name="redislock-wakeup", daemon=True
-                )
-                self._thread.start()
         if early is not None:
             waiter.deliver(early)
         return waiter
 
+    def unregister(self, nonce: str) -> None:
+        """Forget the wait for *nonce* (it is over)."""
+        with self._lock:
+            self._waiters.pop(nonce, None)
+        # It may have just been asked to take over reading: pass that on.
+        self._promote()
+
     def wait_ready(self, timeout: float = _SUBSCRIBE_TIMEOUT) -> None:
-        """Block until the subscription is active, or raise LockBackendError."""
-        if self._ready.is_set():
+        """Subscribe if needed and block until Redis confirmed it, or raise LockBackendError."""
+        if self._subscribed:
             return
-        if not self._ready.wait(timeout):
+        deadline = time.monotonic() + timeout
+        if self._reader.acquire(timeout=timeout):
+            try:
+                self._read(deadline, lambda: self._subscribed)
+            finally:
+                self._reader.release()
+                self._promote()
+        if not self._subscribed:
             reason = self._last_error or "timed out"
             raise LockBackendError(f"could not subscribe to the lock wake-up channel: {reason}")
 
-    def unregister(self, nonce: str) -> None:
-        """Forget the waiter for *nonce* (its wait is over)."""
-        with self._lock:
-            self._waiters.pop(nonce, None)
+    def wait(self, waiter: Waiter, timeout: float) -> bool:
+        """Block up to *timeout* seconds; True once the lock was handed to *waiter*."""
+        deadline = time.monotonic() + timeout
+        while waiter.fence is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self._reader.acquire(blocking=False):
+                try:
+                    self._read(deadline, lambda: waiter.fence is not None)
+                finally:
+                    self._reader.release()
+                    self._promote()
+            else:
+                waiter.event.wait(remaining)
+                if waiter.fence is None:
+                    waiter.event.clear()  # woken to take over reading
+        return True
 
-    @property
-    def ready(self) -> bool:
-        """Whether the subscriber is currently subscribed."""
-        return self._ready.is_set()
+    def _promote(self) -> None:
+        """If nobody reads, wake one waiter still waiting so it takes over."""
+        if self._reader.locked():
+            return
+        with self._lock:
+            for waiter in self._waiters.values():
+                if waiter.fence is None:
+                    waiter.event.set()
+                    return
 
     def _dispatch(self, data: bytes | str) -> None:
         text = data.decode() if isinstance(data, bytes) else data
-        nonce, _, fence = text.partition(" ")
+        nonce, _, fence_text = text.partition(" ")
+        fence = int(fence_text)
         with self._lock:
             waiter = self._waiters.get(nonce)
             if waiter is None:
@@ -114,53 +148,46 @@ class WakeHub:
                 # the grant briefly; the oldest are dropped past a small bound.
                 if len(self._early) >= _EARLY_GRANTS_KEPT:
                     del self._early[next(iter(self._early))]
-                self._early[nonce] = int(fence)
+                self._early[nonce] = fence
                 return
-        waiter.deliver(int(fence))
+        waiter.deliver(fence)
 
-    def _run(self) -> None:
-        backoff = 0.05
-        idle_since = time.monotonic()
-        while True:
-            pubsub = None
+    def _read(self, deadline: float, done: Any) -> None:
+        """Read the subscription (holding ``_reader``) until ``done()`` or *deadline*."""
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
             try:
-                pubsub = self._client.pubsub()
-                pubsub.subscribe(self.channel)
-                while True:
-                    message = pubsub.get_message(timeout=1.0)
-                    if message is not None:
-                        kind = message["type"]
-                        kind = kind.decode() if isinstance(kind, bytes) else kind
-                        if kind == "subscribe":
-                            self._ready.set()
-                            backoff = 0.05
-                        elif kind == "message":
-                            self._dispatch(message["data"])
-                    with self._lock:
-                        if self._waiters:
-                            idle_since = time.monotonic()
-                        elif time.monotonic() - idle_since > IDLE_EXIT_SECONDS:
-                            self._thread = None
-                            self._ready.clear()
-                            return
-            except Exception as exc:  # reconnect on any failure; waiters poll meanwhile
-                self._last_error = exc
-                with self._lock:
-                    self._ready.clear()
-                    if not self._waiters:
-                        # Nobody is waiting: stop instead of retrying; the next
-                        # blocking acquire starts a fresh subscriber.
-                        self._thread = None
-                        return
-                logger.warning("redislock wake-up subscriber lost its connection: %s", exc)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
-            finally:
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:
-                        pass
+                if self._pubsub is None:
+                    self._pubsub = self._client.pubsub()
+                    self._pubsub.subscribe(self.channel)
+                message = self._pubsub.get_message(timeout=remaining)
+            except Exception as exc:  # the waiters' fallback poll covers the gap
+                self._connection_lost(exc)
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            if message is None:
+                continue
+            kind = message["type"]
+            kind = kind.decode() if isinstance(kind, bytes) else kind
+            if kind == "subscribe":
+                self._subscribed = True
+                self._last_error = None
+            elif kind == "message":
+                self._dispatch(message["data"])
+
+    def _connection_lost(self, exc: BaseException) -> None:
+        if self._subscribed or self._last_error is None:
+            logger.warning("redislock wake-up subscription lost: %s", exc)
+        self._subscribed = False
+        self._last_error = exc
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:
+                pass
 
 
 _hubs: dict[tuple[int, str], WakeHub] = {}
