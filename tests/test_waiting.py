@@ -210,3 +210,48 @@ def test_many_threads_no_two_holders(manager: LockManager, name: str, redis_clie
         thread.join(60)
     assert overlaps == 0
     assert int(redis_client.get(counter_key)) == 240
+
+
+def test_waiters_on_different_locks_in_one_process_are_all_woken(manager: LockManager) -> None:
+    # One pub/sub connection per process, read by whichever waiter is reading:
+    # every thread must still get its own hand-off promptly.
+    names = [f"multi:{i}" for i in range(4)]
+    holders = [manager.lock(n, owner=f"holder-{i}") for i, n in enumerate(names)]
+    for holder in holders:
+        holder.acquire()
+    results: dict[str, list] = {n: [] for n in names}
+    threads = [_start_waiter(manager, n, results[n], timeout=10) for n in names]
+    for n in names:
+        _wait_for_queue(manager, n, 1)
+    for n, holder in reversed(list(zip(names, holders, strict=True))):
+        released_at = time.monotonic()
+        holder.release()
+        deadline = time.monotonic() + 5
+        while not results[n] and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert results[n] and results[n][0][0], f"{n} was not acquired"
+        assert results[n][0][1] - released_at < WAKE_BOUND
+    for thread in threads:
+        thread.join(10)
+
+
+def test_reader_that_gives_up_passes_reading_on(manager: LockManager) -> None:
+    short, long_ = "reader:short", "reader:long"
+    manager.lock(short, owner="h1").acquire()
+    long_holder = manager.lock(long_, owner="h2")
+    long_holder.acquire()
+    quick: list = []
+    patient: list = []
+    t_quick = _start_waiter(manager, short, quick, timeout=0.3)
+    _wait_for_queue(manager, short, 1)
+    t_patient = _start_waiter(manager, long_, patient, timeout=10)
+    _wait_for_queue(manager, long_, 1)
+    t_quick.join(5)
+    assert quick and not quick[0][0]
+    # The waiter that read the subscription is gone; the other must read now,
+    # or it would only notice its hand-off at its ~1 s fallback poll.
+    released_at = time.monotonic()
+    long_holder.release()
+    t_patient.join(10)
+    assert patient[0][0]
+    assert patient[0][1] - released_at < WAKE_BOUND
