@@ -206,8 +206,9 @@ class OursRawScripts:
         self.acq_args, self.rel_args = self._recorded[name]
 
     def acquire(self, blocking: bool = True) -> bool:
-        res = self.client.evalsha(*self.acq_args)
-        return res[0] == 1
+        from django_redislock.scripts import decode_attempt
+
+        return decode_attempt(self.client.evalsha(*self.acq_args))[0]
 
     def release(self) -> None:
         self.client.evalsha(*self.rel_args)
@@ -255,20 +256,40 @@ LIBS: dict[str, Lib] = {
     for lib in [
         Lib("floor", "floor: SET NX PX + EVALSHA CAD", FloorLock, blocking=False),
         Lib("redispy", "redis-py Lock (sleep 0.1)", lambda n: client().lock(n, timeout=30)),
-        Lib("redispy_1ms", "redis-py Lock (sleep 0.001)", lambda n: client().lock(n, timeout=30, sleep=0.001)),
+        Lib(
+            "redispy_1ms",
+            "redis-py Lock (sleep 0.001)",
+            lambda n: client().lock(n, timeout=30, sleep=0.001),
+        ),
         Lib("prl", "python-redis-lock", lambda n: _prl(n)),
         Lib("prl_renew", "python-redis-lock auto_renewal", lambda n: _prl(n, auto_renewal=True)),
         Lib("pottery", "pottery Redlock", PotteryAdapter),
         Lib("ours", "ours auto_renew=True", lambda n: manager().lock(n, ttl=30, auto_renew=True)),
-        Lib("ours_norenew", "ours auto_renew=False", lambda n: manager().lock(n, ttl=30, auto_renew=False)),
-        Lib("ours_reused", "ours auto_renew=True, reused Lock",
-            lambda n: _reused("ours", n, lambda: manager().lock(n, ttl=30, auto_renew=True))),
+        Lib(
+            "ours_norenew",
+            "ours auto_renew=False",
+            lambda n: manager().lock(n, ttl=30, auto_renew=False),
+        ),
+        Lib(
+            "ours_reused",
+            "ours auto_renew=True, reused Lock",
+            lambda n: _reused("ours", n, lambda: manager().lock(n, ttl=30, auto_renew=True)),
+        ),
         Lib("ours_raw", "ours: raw acquire+release scripts", OursRawScripts, blocking=False),
     ]
 }
 
-UNCONTENDED_DEFAULT = ["floor", "redispy", "prl", "prl_renew", "pottery",
-                       "ours", "ours_norenew", "ours_reused", "ours_raw"]
+UNCONTENDED_DEFAULT = [
+    "floor",
+    "redispy",
+    "prl",
+    "prl_renew",
+    "pottery",
+    "ours",
+    "ours_norenew",
+    "ours_reused",
+    "ours_raw",
+]
 CONTENDED_DEFAULT = ["ours", "prl", "redispy", "redispy_1ms", "pottery"]
 WAKE_DEFAULT = ["ours", "prl", "redispy", "redispy_1ms", "pottery"]
 
@@ -341,15 +362,24 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
         for _ in range(n):
             one(k)
         stats = r.info("commandstats")
-        server_us[k] = sum(v["usec"] for name, v in stats.items()
-                           if "resetstat" not in name and "info" not in name) / n
+        server_us[k] = (
+            sum(
+                v["usec"]
+                for name, v in stats.items()
+                if "resetstat" not in name and "info" not in name
+            )
+            / n
+        )
     floor_p50 = pct(samples["floor"], 50) if "floor" in samples else None
     rows = {}
     for k in libs:
         s = samples[k]
         p50, p90 = pct(s, 50), pct(s, 90)
-        paired = ([a / b for a, b in zip(per_round[k], per_round["floor"])]
-                  if "floor" in per_round else [])
+        paired = (
+            [a / b for a, b in zip(per_round[k], per_round["floor"])]
+            if "floor" in per_round
+            else []
+        )
         rows[k] = {
             "label": LIBS[k].label,
             "n": len(s),
@@ -379,8 +409,9 @@ def _sleep_until(t_ns: int) -> None:
         time.sleep(min(left / 1e9, 0.05))
 
 
-def worker_contend(lib_key: str, name: str, counter: str, start_ns: int, end_ns: int,
-                   hard_end_ns: int) -> dict[str, Any]:
+def worker_contend(
+    lib_key: str, name: str, counter: str, start_ns: int, end_ns: int, hard_end_ns: int
+) -> dict[str, Any]:
     make = LIBS[lib_key].make
     r = client()
     r.ping()
@@ -403,12 +434,24 @@ def worker_contend(lib_key: str, name: str, counter: str, start_ns: int, end_ns:
         if t_rel > hard_end_ns:  # a library that wedges must not hang the run
             break
     cpu1 = os.times()
-    return {"pid": os.getpid(), "recs": recs, "round_trips": _SENDS[0] - sends0,
-            "cpu_s": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)}
+    return {
+        "pid": os.getpid(),
+        "recs": recs,
+        "round_trips": _SENDS[0] - sends0,
+        "cpu_s": (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
+    }
 
 
-def worker_wake(role: str, lib_key: str, name: str, trials: int, hold_s: float,
-                ev_held: Any, ev_waiting: Any, ev_done: Any) -> dict[str, Any]:
+def worker_wake(
+    role: str,
+    lib_key: str,
+    name: str,
+    trials: int,
+    hold_s: float,
+    ev_held: Any,
+    ev_waiting: Any,
+    ev_done: Any,
+) -> dict[str, Any]:
     make = LIBS[lib_key].make
     client().ping()
     make(name)
@@ -536,7 +579,9 @@ def _redis_cpu(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def run_contended_once(pool: Pool, lib_key: str, n: int, duration: float, tag: str) -> dict[str, Any]:
+def run_contended_once(
+    pool: Pool, lib_key: str, n: int, duration: float, tag: str
+) -> dict[str, Any]:
     r = client()
     name = f"bench:c:{lib_key}:{tag}"
     counter = f"bench:counter:{lib_key}:{tag}"
@@ -547,8 +592,18 @@ def run_contended_once(pool: Pool, lib_key: str, n: int, duration: float, tag: s
     cmds_before = _commands_processed(r)
     rcpu0 = _redis_cpu(r)
     results = pool.run(
-        [dict(op="contend", lib_key=lib_key, name=name, counter=counter,
-              start_ns=start, end_ns=end, hard_end_ns=hard_end) for _ in range(n)],
+        [
+            dict(
+                op="contend",
+                lib_key=lib_key,
+                name=name,
+                counter=counter,
+                start_ns=start,
+                end_ns=end,
+                hard_end_ns=hard_end,
+            )
+            for _ in range(n)
+        ],
         timeout=duration + 60,
     )
     redis_cpu = _redis_cpu(r) - rcpu0
@@ -595,18 +650,26 @@ def run_contended_once(pool: Pool, lib_key: str, n: int, duration: float, tag: s
         "lost_updates": total - counter_value,
         "overlaps": overlaps,
         "redis_cmds_per_cs": cmds / total if total else None,
-        "round_trips_per_cs": (sum(res.get("round_trips", 0) for res in results) / total
-                               if total else None),
-        "client_cpu_ms_per_cs": (1000 * sum(res.get("cpu_s", 0.0) for res in results) / total
-                                 if total else None),
+        "round_trips_per_cs": (
+            sum(res.get("round_trips", 0) for res in results) / total if total else None
+        ),
+        "client_cpu_ms_per_cs": (
+            1000 * sum(res.get("cpu_s", 0.0) for res in results) / total if total else None
+        ),
         "redis_cpu_ms_per_cs": 1000 * redis_cpu / total if total else None,
         "span_s": span,
         "errors": errors,
     }
 
 
-def bench_contended(pool: Pool, libs: list[str], ns: list[int], duration: float, reps: int,
-                    log: Callable[[str], None]) -> dict[str, Any]:
+def bench_contended(
+    pool: Pool,
+    libs: list[str],
+    ns: list[int],
+    duration: float,
+    reps: int,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     order = list(libs)
     for rep in range(reps):
@@ -615,20 +678,34 @@ def bench_contended(pool: Pool, libs: list[str], ns: list[int], duration: float,
             for k in order:
                 res = run_contended_once(pool, k, n, duration, f"{n}:{rep}")
                 runs.append(res)
-                log(f"  contended N={n:<3} rep {rep + 1}/{reps} {res['label']:<32} "
+                log(
+                    f"  contended N={n:<3} rep {rep + 1}/{reps} {res['label']:<32} "
                     f"{res['cs_per_s']:7.1f} CS/s  handoff p50 {fmt(res['handoff_p50_ms'], 2)} ms  "
                     f"fewest/most {res['fewest']}/{res['most']}  lost {res['lost_updates']}"
-                    + (f"  ERRORS {res['errors'][:1]}" if res["errors"] else ""))
+                    + (f"  ERRORS {res['errors'][:1]}" if res["errors"] else "")
+                )
     # Aggregate: median over reps of each metric (reps=1: the run itself).
     agg: dict[str, dict[str, Any]] = {}
     for n in ns:
         for k in libs:
             mine = [r for r in runs if r["lib"] == k and r["n"] == n]
             row: dict[str, Any] = {"lib": k, "label": LIBS[k].label, "n": n, "reps": len(mine)}
-            for field in ("cs_per_s", "handoff_p50_ms", "handoff_p90_ms", "handoff_p99_ms",
-                          "handoff_from_release_return_p50_ms", "fewest_most_ratio", "cs_body_p50_ms",
-                          "holder_changes_pct", "redis_cmds_per_cs", "round_trips_per_cs",
-                          "client_cpu_ms_per_cs", "redis_cpu_ms_per_cs", "fewest", "most"):
+            for field in (
+                "cs_per_s",
+                "handoff_p50_ms",
+                "handoff_p90_ms",
+                "handoff_p99_ms",
+                "handoff_from_release_return_p50_ms",
+                "fewest_most_ratio",
+                "cs_body_p50_ms",
+                "holder_changes_pct",
+                "redis_cmds_per_cs",
+                "round_trips_per_cs",
+                "client_cpu_ms_per_cs",
+                "redis_cpu_ms_per_cs",
+                "fewest",
+                "most",
+            ):
                 vals = [r[field] for r in mine if r[field] is not None]
                 row[field] = statistics.median(vals) if vals else None
             row["lost_updates"] = sum(r["lost_updates"] for r in mine)
@@ -644,8 +721,9 @@ def bench_contended(pool: Pool, libs: list[str], ns: list[int], duration: float,
 # --------------------------------------------------------------------------------------
 
 
-def bench_wake(pool: Pool, libs: list[str], trials: int, hold_s: float, chunk: int,
-               log: Callable[[str], None]) -> dict[str, Any]:
+def bench_wake(
+    pool: Pool, libs: list[str], trials: int, hold_s: float, chunk: int, log: Callable[[str], None]
+) -> dict[str, Any]:
     lat: dict[str, list[float]] = {k: [] for k in libs}
     lat_ret: dict[str, list[float]] = {k: [] for k in libs}
     rel_rtt: dict[str, list[float]] = {k: [] for k in libs}
@@ -660,9 +738,13 @@ def bench_wake(pool: Pool, libs: list[str], trials: int, hold_s: float, chunk: i
             for ev in pool.events:
                 ev.clear()
             common = dict(lib_key=k, name=name, trials=t, hold_s=hold_s)
-            res = pool.run([dict(op="wake", role="holder", **common),
-                            dict(op="wake", role="waiter", **common)],
-                           timeout=t * (hold_s + 2) + 30)
+            res = pool.run(
+                [
+                    dict(op="wake", role="holder", **common),
+                    dict(op="wake", role="waiter", **common),
+                ],
+                timeout=t * (hold_s + 2) + 30,
+            )
             if any("error" in x for x in res):
                 errors[k].extend(x["error"] for x in res if "error" in x)
                 continue
@@ -693,9 +775,13 @@ def bench_wake(pool: Pool, libs: list[str], trials: int, hold_s: float, chunk: i
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    line = lambda cells: "  ".join(
+        c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+        for i, (c, w) in enumerate(zip(cells, widths))
+    )
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -703,39 +789,123 @@ def report(results: dict[str, Any]) -> str:
     out = []
     u = results.get("uncontended")
     if u:
-        out.append(f"\n1. Uncontended create+acquire+release, one process "
-                   f"({u['rounds']} rounds x {u['batch']} ops per library, interleaved)")
-        rows = [[r["label"], fmt(r["p50_us"]), fmt(r["p90_us"]), fmt(r["ratio_p50_to_floor"], 2) + "x",
-                 fmt(r["ratio_p90_to_floor"], 2) + "x", fmt(r["paired_ratio_median"], 2) + "x",
-                 fmt(r["client_cpu_p50_us"]), fmt(r["redis_cpu_us_per_op"]), str(r["n"])]
-                for r in u["rows"].values()]
-        out.append(table(["library", "p50 us", "p90 us", "p50/floor", "p90/floor", "paired",
-                          "client CPU us", "Redis CPU us", "samples"], rows))
+        out.append(
+            f"\n1. Uncontended create+acquire+release, one process "
+            f"({u['rounds']} rounds x {u['batch']} ops per library, interleaved)"
+        )
+        rows = [
+            [
+                r["label"],
+                fmt(r["p50_us"]),
+                fmt(r["p90_us"]),
+                fmt(r["ratio_p50_to_floor"], 2) + "x",
+                fmt(r["ratio_p90_to_floor"], 2) + "x",
+                fmt(r["paired_ratio_median"], 2) + "x",
+                fmt(r["client_cpu_p50_us"]),
+                fmt(r["redis_cpu_us_per_op"]),
+                str(r["n"]),
+            ]
+            for r in u["rows"].values()
+        ]
+        out.append(
+            table(
+                [
+                    "library",
+                    "p50 us",
+                    "p90 us",
+                    "p50/floor",
+                    "p90/floor",
+                    "paired",
+                    "client CPU us",
+                    "Redis CPU us",
+                    "samples",
+                ],
+                rows,
+            )
+        )
     c = results.get("contended")
     if c:
-        out.append(f"\n2. Contended: N processes, one name, 1 ms critical section + GET/SET counter, "
-                   f"{c['duration_s']:g} s per library per N, {c['reps']} rep(s) (medians over reps)")
+        out.append(
+            f"\n2. Contended: N processes, one name, 1 ms critical section + GET/SET counter, "
+            f"{c['duration_s']:g} s per library per N, {c['reps']} rep(s) (medians over reps)"
+        )
         rows = []
         for r in c["rows"].values():
-            rows.append([f"{r['label']} N={r['n']}", fmt(r["cs_per_s"]), fmt(r["handoff_p50_ms"], 2),
-                         fmt(r["handoff_p90_ms"], 2), fmt(r["cs_body_p50_ms"], 2), f"{fmt(r['fewest'], 0)}/{fmt(r['most'], 0)}",
-                         fmt(r["fewest_most_ratio"], 2), fmt(r["holder_changes_pct"], 0),
-                         fmt(r["round_trips_per_cs"], 1), fmt(r["redis_cmds_per_cs"], 1),
-                         fmt(r["client_cpu_ms_per_cs"], 2), fmt(r["redis_cpu_ms_per_cs"], 2),
-                         str(r["lost_updates"]), str(r["overlaps"]), "ERR" if r["errors"] else ""])
-        out.append(table(["library", "CS/s", "handoff p50 ms", "p90 ms", "CS body ms", "fewest/most", "ratio",
-                          "switch %", "RTT/CS", "Redis cmds/CS", "client CPU ms/CS", "Redis CPU ms/CS",
-                          "lost", "overlap", ""], rows))
+            rows.append(
+                [
+                    f"{r['label']} N={r['n']}",
+                    fmt(r["cs_per_s"]),
+                    fmt(r["handoff_p50_ms"], 2),
+                    fmt(r["handoff_p90_ms"], 2),
+                    fmt(r["cs_body_p50_ms"], 2),
+                    f"{fmt(r['fewest'], 0)}/{fmt(r['most'], 0)}",
+                    fmt(r["fewest_most_ratio"], 2),
+                    fmt(r["holder_changes_pct"], 0),
+                    fmt(r["round_trips_per_cs"], 1),
+                    fmt(r["redis_cmds_per_cs"], 1),
+                    fmt(r["client_cpu_ms_per_cs"], 2),
+                    fmt(r["redis_cpu_ms_per_cs"], 2),
+                    str(r["lost_updates"]),
+                    str(r["overlaps"]),
+                    "ERR" if r["errors"] else "",
+                ]
+            )
+        out.append(
+            table(
+                [
+                    "library",
+                    "CS/s",
+                    "handoff p50 ms",
+                    "p90 ms",
+                    "CS body ms",
+                    "fewest/most",
+                    "ratio",
+                    "switch %",
+                    "RTT/CS",
+                    "Redis cmds/CS",
+                    "client CPU ms/CS",
+                    "Redis CPU ms/CS",
+                    "lost",
+                    "overlap",
+                    "",
+                ],
+                rows,
+            )
+        )
     w = results.get("wake")
     if w:
-        out.append(f"\n3. Wake latency: waiter blocked on a lock held {w['hold_s'] * 1000:.0f} ms "
-                   f"(acquire return - release call), {w['trials']} trials per library")
-        rows = [[r["label"], fmt(r["p50_ms"], 2), fmt(r["p90_ms"], 2), fmt(r["max_ms"], 2),
-                 fmt(r["from_release_return_p50_ms"], 2), fmt(r["release_call_p50_ms"], 2), str(r["n"]),
-                 "ERR" if r["errors"] else ""]
-                for r in w["rows"].values()]
-        out.append(table(["library", "p50 ms", "p90 ms", "max ms", "p50 from release reply",
-                          "release call p50 ms", "trials", ""], rows))
+        out.append(
+            f"\n3. Wake latency: waiter blocked on a lock held {w['hold_s'] * 1000:.0f} ms "
+            f"(acquire return - release call), {w['trials']} trials per library"
+        )
+        rows = [
+            [
+                r["label"],
+                fmt(r["p50_ms"], 2),
+                fmt(r["p90_ms"], 2),
+                fmt(r["max_ms"], 2),
+                fmt(r["from_release_return_p50_ms"], 2),
+                fmt(r["release_call_p50_ms"], 2),
+                str(r["n"]),
+                "ERR" if r["errors"] else "",
+            ]
+            for r in w["rows"].values()
+        ]
+        out.append(
+            table(
+                [
+                    "library",
+                    "p50 ms",
+                    "p90 ms",
+                    "max ms",
+                    "p50 from release reply",
+                    "release call p50 ms",
+                    "trials",
+                    "",
+                ],
+                rows,
+            )
+        )
     t = results.get("targets")
     if t:
         out.append("\nTargets for ours:")
@@ -749,34 +919,71 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     u = results.get("uncontended", {}).get("rows", {})
     if "ours" in u and u["ours"]["ratio_p50_to_floor"] is not None:
         v = u["ours"]["ratio_p50_to_floor"]
-        t.append({"what": "uncontended p50 within 1.25x of the floor (auto_renew=True)",
-                  "value": f"{v:.2f}x", "ok": v <= 1.25})
+        t.append(
+            {
+                "what": "uncontended p50 within 1.25x of the floor (auto_renew=True)",
+                "value": f"{v:.2f}x",
+                "ok": v <= 1.25,
+            }
+        )
     c = results.get("contended", {}).get("rows", {})
     for n in results.get("contended", {}).get("ns", []):
         ours = c.get(f"ours@{n}")
         if not ours:
             continue
-        fair_peers = [r for k, r in c.items() if r["n"] == n and r["lib"] != "ours"
-                      and (r["fewest_most_ratio"] or 0) >= 0.7 and r["lost_updates"] == 0]
+        fair_peers = [
+            r
+            for k, r in c.items()
+            if r["n"] == n
+            and r["lib"] != "ours"
+            and (r["fewest_most_ratio"] or 0) >= 0.7
+            and r["lost_updates"] == 0
+        ]
         best = max((r["cs_per_s"] for r in fair_peers), default=0.0)
-        t.append({"what": f"N={n}: CS/s above every non-starving peer",
-                  "value": f"{ours['cs_per_s']:.0f} vs best fair peer {best:.0f}"
-                           + (f" ({', '.join(r['label'] for r in fair_peers)})" if fair_peers else
-                              " (no peer kept fewest/most >= 0.7)"),
-                  "ok": ours["cs_per_s"] > best})
+        t.append(
+            {
+                "what": f"N={n}: CS/s above every non-starving peer",
+                "value": f"{ours['cs_per_s']:.0f} vs best fair peer {best:.0f}"
+                + (
+                    f" ({', '.join(r['label'] for r in fair_peers)})"
+                    if fair_peers
+                    else " (no peer kept fewest/most >= 0.7)"
+                ),
+                "ok": ours["cs_per_s"] > best,
+            }
+        )
         hp = ours["handoff_p50_ms"]
-        t.append({"what": f"N={n}: handoff p50 < 0.5 ms", "value": f"{fmt(hp, 3)} ms",
-                  "ok": hp is not None and hp < 0.5})
+        t.append(
+            {
+                "what": f"N={n}: handoff p50 < 0.5 ms",
+                "value": f"{fmt(hp, 3)} ms",
+                "ok": hp is not None and hp < 0.5,
+            }
+        )
         fr = ours["fewest_most_ratio"]
-        t.append({"what": f"N={n}: fewest/most >= 0.7", "value": fmt(fr, 2),
-                  "ok": fr is not None and fr >= 0.7})
-        t.append({"what": f"N={n}: zero lost updates / overlaps",
-                  "value": f"{ours['lost_updates']} lost, {ours['overlaps']} overlaps",
-                  "ok": ours["lost_updates"] == 0 and ours["overlaps"] == 0})
+        t.append(
+            {
+                "what": f"N={n}: fewest/most >= 0.7",
+                "value": fmt(fr, 2),
+                "ok": fr is not None and fr >= 0.7,
+            }
+        )
+        t.append(
+            {
+                "what": f"N={n}: zero lost updates / overlaps",
+                "value": f"{ours['lost_updates']} lost, {ours['overlaps']} overlaps",
+                "ok": ours["lost_updates"] == 0 and ours["overlaps"] == 0,
+            }
+        )
     w = results.get("wake", {}).get("rows", {})
     if "ours" in w and w["ours"]["p50_ms"] is not None:
-        t.append({"what": "wake after a 200 ms hold within 1 ms (p50)",
-                  "value": f"{w['ours']['p50_ms']:.3f} ms", "ok": w["ours"]["p50_ms"] < 1.0})
+        t.append(
+            {
+                "what": "wake after a 200 ms hold within 1 ms (p50)",
+                "value": f"{w['ours']['p50_ms']:.3f} ms",
+                "ok": w["ours"]["p50_ms"] < 1.0,
+            }
+        )
     return t
 
 
@@ -798,16 +1005,27 @@ def machine_info() -> dict[str, Any]:
     try:
         import importlib.metadata as md
 
-        info["versions"] = {p: md.version(p) for p in
-                            ("redis", "python-redis-lock", "pottery", "Django", "django-redislock")}
+        info["versions"] = {
+            p: md.version(p)
+            for p in ("redis", "python-redis-lock", "pottery", "Django", "django-redislock")
+        }
     except Exception:
         pass
     try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                            capture_output=True, text=True, timeout=5).stdout.strip()
+        info["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         info["engine_uncommitted_changes"] = subprocess.run(
-            ["git", "status", "--porcelain", "--", "django_redislock"], cwd=ROOT,
-            capture_output=True, text=True, timeout=5).stdout.split("\n")[:-1]
+            ["git", "status", "--porcelain", "--", "django_redislock"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.split("\n")[:-1]
     except Exception:
         pass
     return info
@@ -815,22 +1033,31 @@ def machine_info() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="uncontended,wake,contended",
-                    help="experiments to run, comma-separated (uncontended,wake,contended)")
+    ap.add_argument(
+        "--only",
+        default="uncontended,wake,contended",
+        help="experiments to run, comma-separated (uncontended,wake,contended)",
+    )
     ap.add_argument("--rounds", type=int, default=400, help="uncontended: rounds (default 400)")
     ap.add_argument("--batch", type=int, default=4, help="uncontended: ops per library per round")
     ap.add_argument("--warmup", type=int, default=50, help="uncontended: warm-up ops per library")
     ap.add_argument("--ns", default="8,32", help="contended: process counts (default 8,32)")
-    ap.add_argument("--duration", type=float, default=5.0, help="contended: seconds per library per N")
+    ap.add_argument(
+        "--duration", type=float, default=5.0, help="contended: seconds per library per N"
+    )
     ap.add_argument("--reps", type=int, default=1, help="contended: interleaved repetitions")
     ap.add_argument("--trials", type=int, default=30, help="wake: trials per library")
-    ap.add_argument("--hold", type=float, default=0.2, help="wake: how long the holder keeps the lock (s)")
+    ap.add_argument(
+        "--hold", type=float, default=0.2, help="wake: how long the holder keeps the lock (s)"
+    )
     ap.add_argument("--uncontended-libs", default=",".join(UNCONTENDED_DEFAULT))
     ap.add_argument("--contended-libs", default=",".join(CONTENDED_DEFAULT))
     ap.add_argument("--wake-libs", default=",".join(WAKE_DEFAULT))
     ap.add_argument("--quick", action="store_true", help="small smoke-test sizes")
     ap.add_argument("--redis-url", default=None, help="use this Redis instead of starting one")
-    ap.add_argument("--out", default=None, help="JSON output path (default benchmarks/results/<stamp>.json)")
+    ap.add_argument(
+        "--out", default=None, help="JSON output path (default benchmarks/results/<stamp>.json)"
+    )
     ap.add_argument("--no-json", action="store_true")
     args = ap.parse_args(argv)
     if args.quick:
@@ -852,8 +1079,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"machine": machine_info(), "args": vars(args), "redis_url": url}
     results["machine"]["redis_server"] = client().info("server").get("redis_version")
     client().flushdb()
-    log(f"redis {results['machine']['redis_server']} at {url}; {os.cpu_count()} CPUs; "
-        f"load {results['machine']['loadavg_at_start']}")
+    log(
+        f"redis {results['machine']['redis_server']} at {url}; {os.cpu_count()} CPUs; "
+        f"load {results['machine']['loadavg_at_start']}"
+    )
 
     # Fork the workers first, while this process has no threads and no connections.
     pool = None
@@ -864,7 +1093,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "uncontended" in only:
             libs = [k for k in args.uncontended_libs.split(",") if k]
-            log(f"1. uncontended: {len(libs)} libraries x {args.rounds} rounds x {args.batch} ops ...")
+            log(
+                f"1. uncontended: {len(libs)} libraries x {args.rounds} rounds x {args.batch} ops ..."
+            )
             gc.collect()
             results["uncontended"] = bench_uncontended(libs, args.rounds, args.batch, args.warmup)
         if "wake" in only:
@@ -875,7 +1106,9 @@ def main(argv: list[str] | None = None) -> int:
         if "contended" in only:
             assert pool is not None
             libs = [k for k in args.contended_libs.split(",") if k]
-            log(f"2. contended: {len(libs)} libraries x N={ns} x {args.duration:g} s x {args.reps} rep(s) ...")
+            log(
+                f"2. contended: {len(libs)} libraries x N={ns} x {args.duration:g} s x {args.reps} rep(s) ..."
+            )
             results["contended"] = bench_contended(pool, libs, ns, args.duration, args.reps, log)
     finally:
         if pool is not None:
@@ -886,10 +1119,15 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["loadavg_at_end"] = os.getloadavg()
     results["targets"] = check_targets(results)
     print(report(results))
-    print(f"\n(total {results['elapsed_s']:.0f} s; load average at end {results['machine']['loadavg_at_end']})")
+    print(
+        f"\n(total {results['elapsed_s']:.0f} s; load average at end {results['machine']['loadavg_at_end']})"
+    )
     if not args.no_json:
-        out = Path(args.out) if args.out else (
-            ROOT / "benchmarks" / "results" / time.strftime("locks-%Y-%m-%d-%H%M%S.json"))
+        out = (
+            Path(args.out)
+            if args.out
+            else (ROOT / "benchmarks" / "results" / time.strftime("locks-%Y-%m-%d-%H%M%S.json"))
+        )
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1, default=str))
         print(f"JSON: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")

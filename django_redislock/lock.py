@@ -35,6 +35,7 @@ from .scripts import (
     acquire_script,
     backend_error,
     cancel_script,
+    decode_attempt,
     extend_script,
     release_script,
 )
@@ -251,17 +252,17 @@ class Lock:
         backend, keys = self._backend()
         nonce = new_nonce()
         if not blocking:
-            result = self._attempt(backend, keys, owner, nonce, b"")
-            if result[0] == 1:
-                self._acquired(backend, keys, owner, int(result[1]), int(result[2]))
+            held, value, count = self._attempt(backend, keys, owner, nonce, b"")
+            if held:
+                self._acquired(backend, keys, owner, value, count)
                 return True
-            self._contended(owner, result[1])
+            self._contended(owner, value)
             return False
         return self._acquire_blocking(backend, keys, owner, nonce, timeout)
 
     def _attempt(
         self, backend: Backend, keys: LockKeys, owner: str, nonce: str, channel: bytes
-    ) -> Any:
+    ) -> tuple[bool, int, int]:
         """One acquire script call; with a *channel*, queue as a waiter if the lock is held."""
         args = (
             owner,
@@ -272,7 +273,8 @@ class Lock:
             backend.retention_arg,
             channel,
         )
-        return self._run(acquire_script, backend, keys, args, "acquire the lock")
+        reply = self._run(acquire_script, backend, keys, args, "acquire the lock")
+        return decode_attempt(reply)
 
     def _acquire_blocking(
         self, backend: Backend, keys: LockKeys, owner: str, nonce: str, timeout: float | None
@@ -280,11 +282,11 @@ class Lock:
         deadline = None if timeout is None else time.monotonic() + timeout
         hub = backend.hub()
         listening = hub.ready
-        result = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
-        if result[0] == 1:
-            self._acquired(backend, keys, owner, int(result[1]), int(result[2]))
+        held, value, count = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
+        if held:
+            self._acquired(backend, keys, owner, value, count)
             return True
-        self._contended(owner, result[1])
+        self._contended(owner, value)
         # Queued. A hand-off published from now on reaches the hub, which keeps
         # it for us even if it arrives before this registration.
         waiter = hub.register(nonce)
@@ -293,37 +295,38 @@ class Lock:
                 # The hub was not subscribed when we queued: a hand-off published
                 # meanwhile was missed, so ask Redis once more after subscribing.
                 hub.wait_ready()
-                result = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
-            while result[0] != 1:
+                held, value, count = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
+            while not held:
                 if waiter.fence is not None:
-                    result = [1, waiter.fence, 1]
+                    held, value, count = True, waiter.fence, 1
                     break
                 now = time.monotonic()
                 pause = POLL_SLICE * random.uniform(0.75, 1.0)
-                pttl = int(result[1])
-                if pttl >= 0:
+                if value >= 0:
                     # Never sleep past the holder's lease: a crashed holder frees it then.
-                    pause = min(pause, pttl / 1000.0 + 0.001)
+                    pause = min(pause, value / 1000.0 + 0.001)
                 if deadline is not None:
                     if now >= deadline:
-                        result = self._run(
+                        reply = self._run(
                             cancel_script,
                             backend,
                             keys,
                             (owner, nonce, backend.retention_arg),
                             "cancel the wait",
                         )
-                        if result[0] != 1:
+                        held, value, count = decode_attempt(reply)
+                        if not held:
                             return False
                         break
                     pause = min(pause, deadline - now)
-                if hub.wait(waiter, pause):
-                    result = [1, waiter.fence, 1]
+                fence = hub.wait(waiter, pause)
+                if fence is not None:
+                    held, value, count = True, fence, 1
                     break
-                result = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
+                held, value, count = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
         finally:
             hub.unregister(nonce)
-        self._acquired(backend, keys, owner, int(result[1]), int(result[2]))
+        self._acquired(backend, keys, owner, value, count)
         return True
 
     def _acquired(
@@ -347,8 +350,7 @@ class Lock:
             hold_count=count,
         )
 
-    def _contended(self, owner: str, pttl: Any) -> None:
-        pttl = int(pttl)
+    def _contended(self, owner: str, pttl: int) -> None:
         signals.lock_contended.send(
             sender=Lock,
             lock=self,

@@ -122,7 +122,8 @@ ENTRY_LIFE_MS = 4000
 
 # ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, now_ms (client clock, for
 #       the "since" field), retention_ms, channel ('' = do not queue when held)
-# Returns {1, fence, count} when held by owner, else {0, pttl_ms}.
+# Returns (see decode_attempt): the fencing token (> 0) for a fresh grant,
+# {fence, count} when the caller already held it, -2 - pttl_ms (<= -1) when held.
 # A hash with no owner field under our prefix is treated as free.
 ACQUIRE = (
     _GRANT
@@ -131,7 +132,7 @@ local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
 if h[1] == owner then
   if h[2] == nonce then
-    return {1, h[3], h[4]}
+    return {h[3], h[4]}
   end
   local c = redis.call('HINCRBY', L, 'count', 1)
   redis.call('HSET', L, 'op', nonce)
@@ -140,11 +141,11 @@ if h[1] == owner then
     local p = redis.call('PTTL', L)
     if p >= 0 and p < want then redis.call('PEXPIRE', L, want) end
   end
-  return {1, h[3], c}
+  return {h[3], c}
 end
 local retention = ARGV[6]
 if not h[1] and redis.call('EXISTS', Q) == 0 then
-  return {1, grant(owner, nonce, ttl, meta, ARGV[5], retention), 1}
+  return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], retention))
 end
 """
     + _QUEUE
@@ -159,7 +160,7 @@ if not h[1] then
       redis.call('LPOP', Q)
       redis.call('HDEL', E, owner)
     end
-    return {1, grant(owner, nonce, ttl, meta, ARGV[5], retention), 1}
+    return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], retention))
   end
   handoff(retention)
 end
@@ -171,7 +172,7 @@ if channel ~= '' then
   redis.call('PEXPIRE', Q, life)
   redis.call('PEXPIRE', E, life)
 end
-return {0, redis.call('PTTL', L)}
+return -2 - redis.call('PTTL', L)
 """
 )
 
@@ -228,18 +229,18 @@ return 1
 """
 
 # ARGV: owner, nonce, retention_ms.  A waiter gives up.
-# Returns {1, fence, count} if the lock was handed to this very wait meanwhile, else {0}.
+# Returns {fence, count} if the lock was handed to this very wait meanwhile, else -1.
 CANCEL = (
     _GRANT
     + _QUEUE
     + r"""
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
 local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
-if h[1] == owner and h[2] == nonce then return {1, h[3], h[4]} end
+if h[1] == owner and h[2] == nonce then return {h[3], h[4]} end
 redis.call('LREM', Q, 0, owner)
 redis.call('HDEL', E, owner)
 if redis.call('EXISTS', L) == 0 then handoff(retention) end
-return {0}
+return -1
 """
 )
 
@@ -260,6 +261,20 @@ handoff(retention)
 return 1
 """
 )
+
+
+def decode_attempt(reply: Any) -> tuple[bool, int, int]:
+    """Decode an ACQUIRE/CANCEL reply into (held, fence or pttl_ms, hold count).
+
+    The common replies are one integer, which is cheaper to parse than an array:
+    a fresh grant is its fencing token (> 0), "held by someone else" is
+    ``-2 - pttl`` (so ``pttl`` is -1 for a lock without expiry).
+    """
+    if isinstance(reply, int):
+        if reply > 0:
+            return True, reply, 1
+        return False, -2 - reply, 0
+    return True, int(reply[0]), int(reply[1])
 
 
 class Script:

@@ -108,13 +108,13 @@ class WakeHub:
             reason = self._last_error or "timed out"
             raise LockBackendError(f"could not subscribe to the lock wake-up channel: {reason}")
 
-    def wait(self, waiter: Waiter, timeout: float) -> bool:
-        """Block up to *timeout* seconds; True once the lock was handed to *waiter*."""
+    def wait(self, waiter: Waiter, timeout: float) -> int | None:
+        """Block up to *timeout* seconds for a hand-off to *waiter*: its fence, or None."""
         deadline = time.monotonic() + timeout
         while waiter.fence is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return False
+                return None
             if self._reader.acquire(blocking=False):
                 try:
                     self._read(deadline, lambda: waiter.fence is not None)
@@ -125,7 +125,7 @@ class WakeHub:
                 waiter.event.wait(remaining)
                 if waiter.fence is None:
                     waiter.event.clear()  # woken to take over reading
-        return True
+        return waiter.fence
 
     def _promote(self) -> None:
         """If nobody reads, wake one waiter still waiting so it takes over."""
