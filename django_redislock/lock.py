@@ -374,19 +374,24 @@ class Lock:
         """
         return self._release(self.owner)
 
-    def _release(self, owner: str) -> int:
+    def release_all(self) -> int:
+        """Release every hold of the caller's owner at once, in one round trip.
+
+        For an owner that holds the lock several times through different
+        ``Lock`` objects (a Celery task's enqueue-time hold and its run-time
+        re-entry): the lock is freed and handed on. Returns 0. Raises like
+        :meth:`release`.
+        """
+        return self._release(self.owner, everything=True)
+
+    def _release(self, owner: str, everything: bool = False) -> int:
         backend, keys = self._backend()
         nonce = self._pending_release.get(owner) or new_nonce()
         self._pending_release[owner] = nonce
-        remaining = int(
-            self._run(
-                release_script,
-                backend,
-                keys,
-                (owner, nonce, backend.retention_arg),
-                "release the lock",
-            )
-        )
+        args: tuple[Any, ...] = (owner, nonce, backend.retention_arg)
+        if everything:
+            args += (b"all",)
+        remaining = int(self._run(release_script, backend, keys, args, "release the lock"))
         del self._pending_release[owner]
         hold = self._holds.get(owner)
         if remaining < 0:

@@ -176,9 +176,10 @@ return -2 - redis.call('PTTL', L)
 """
 )
 
-# ARGV: owner, nonce, retention_ms
+# ARGV: owner, nonce, retention_ms[, "all"]
 # Returns the remaining hold count (0 = released), or -1 when not owned.
-# The nonce makes a retried release (after a lost reply) count once.
+# The nonce makes a retried release (after a lost reply) count once. With "all",
+# every hold of the owner is released at once.
 RELEASE = (
     _GRANT
     + r"""
@@ -190,6 +191,7 @@ if h[1] ~= owner then
 end
 if h[2] == nonce then return tonumber(h[3]) end
 local c = tonumber(h[3]) - 1
+if ARGV[4] == 'all' then c = 0 end
 if c > 0 then
   redis.call('HSET', L, 'count', c, 'rel', nonce)
   return c

@@ -329,3 +329,15 @@ def test_force_extend_compares_owner(manager: LockManager, name: str) -> None:
     assert result.extended and 29 < result.ttl <= 30
     lock.release()
     assert manager.force_extend(name, 5).status == "gone"
+
+
+def test_release_all_frees_every_hold_of_the_owner(manager: LockManager, name: str) -> None:
+    enqueue_time = manager.lock(name, owner="task-1")
+    run_time = manager.lock(name, owner="task-1")
+    assert enqueue_time.acquire(blocking=False)
+    assert run_time.acquire(blocking=False)
+    assert manager.get(name).hold_count == 2
+    assert run_time.release_all() == 0
+    assert manager.get(name) is None
+    with pytest.raises(LockNotOwned):
+        run_time.release_all()
