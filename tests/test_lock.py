@@ -341,3 +341,31 @@ def test_release_all_frees_every_hold_of_the_owner(manager: LockManager, name: s
     assert manager.get(name) is None
     with pytest.raises(LockNotOwned):
         run_time.release_all()
+
+
+def test_scripts_are_reloaded_after_a_script_flush(
+    manager: LockManager, name: str, redis_client
+) -> None:
+    with manager.lock(name):
+        pass
+    redis_client.script_flush()
+    with manager.lock(name) as held:
+        assert held.owned()
+    assert not manager.lock(name).locked()
+
+
+def test_asyncio_tasks_on_one_loop_are_different_owners() -> None:
+    import asyncio
+
+    from django_redislock.identity import current_owner
+
+    async def owner_of_task() -> str:
+        return current_owner()
+
+    async def main() -> tuple[str, str, str]:
+        parent = current_owner()
+        first, second = await asyncio.gather(owner_of_task(), owner_of_task())
+        return parent, first, second
+
+    parent, first, second = asyncio.run(main())
+    assert len({parent, first, second, current_owner()}) == 4
