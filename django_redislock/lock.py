@@ -143,7 +143,7 @@ class Lock:
             raise_on_lost = bool(get_setting("REDISLOCK_RAISE_ON_LOST"))
         self.raise_on_lost = raise_on_lost
         self._holds: dict[str, _Hold] = {}
-        self._pending_release: dict[str, str] = {}
+        self._pending_release: dict[tuple[str, bool], str] = {}
         self._keys_cache: tuple[Any, LockKeys] | None = None
         self._meta_cache: tuple[tuple[int, str], bytes] | None = None
 
@@ -386,13 +386,16 @@ class Lock:
 
     def _release(self, owner: str, everything: bool = False) -> int:
         backend, keys = self._backend()
-        nonce = self._pending_release.get(owner) or new_nonce()
-        self._pending_release[owner] = nonce
+        # A release whose outcome is unknown (Redis unreachable) is retried with
+        # the same nonce, so it cannot count twice.
+        pending = (owner, everything)
+        nonce = self._pending_release.get(pending) or new_nonce()
+        self._pending_release[pending] = nonce
         args: tuple[Any, ...] = (owner, nonce, backend.retention_arg)
         if everything:
             args += (b"all",)
         remaining = int(self._run(release_script, backend, keys, args, "release the lock"))
-        del self._pending_release[owner]
+        del self._pending_release[pending]
         hold = self._holds.get(owner)
         if remaining < 0:
             self._forget(owner)
