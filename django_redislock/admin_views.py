@@ -32,7 +32,6 @@ from .exceptions import LockBackendError
 from .info import LockInfo
 from .keys import validate_name
 from .models import HeldLock
-from .operator_scripts import force_extend
 from .scripts import backend_error
 
 if TYPE_CHECKING:
@@ -127,8 +126,10 @@ def _query_from(request: HttpRequest) -> tuple[ListQuery, int, int]:
     get = request.GET
     order = get.get("o", "name")
     try:
-        cursor = max(0, int(get.get("cursor", "0")))
+        cursor = int(get.get("cursor", "0"))
     except ValueError:
+        cursor = 0
+    if not 0 <= cursor < 2**64:  # SCAN cursors are unsigned 64-bit: start over
         cursor = 0
     try:
         page = max(1, int(get.get("p", "1")))
@@ -403,6 +404,20 @@ def _log(request: HttpRequest, name: str, flag: int, message: str) -> None:
         )
 
 
+def _became_owned(model_admin: HeldLockAdmin, target: Target) -> bool:
+    """True if *target* was seen without owner and token and now has one of them.
+
+    The engine's compare-and-act treats "no owner, no token" as "any holder", so
+    for a key another tool wrote (nothing to compare) a lock that one of our
+    holders took since the page was loaded would otherwise be acted on. It is
+    read again just before acting; the remaining window is one round trip.
+    """
+    if target.owner is not None or target.fence is not None:
+        return False
+    now = _current(model_admin, [target.name]).get(target.name)
+    return now is not None and (now.owner is not None or now.fencing_token is not None)
+
+
 def _confirm_page(
     model_admin: HeldLockAdmin,
     request: HttpRequest,
@@ -456,6 +471,9 @@ def release_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespon
     before = _current(model_admin, [t.name for t in targets])
     released, refused, gone, failed = 0, [], 0, []
     for target in targets:
+        if _became_owned(model_admin, target):
+            refused.append(target.name)
+            continue
         try:
             ok = manager.force_release(target.name, owner=target.owner, fencing_token=target.fence)
         except LockBackendError as exc:
@@ -507,7 +525,7 @@ def extend_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespons
         return _confirm_page(model_admin, request, "extend", targets, raw)
     try:
         seconds = float(raw)
-        if not (0 < seconds <= MAX_EXTEND_SECONDS):
+        if not (1 <= seconds <= MAX_EXTEND_SECONDS):
             raise ValueError
     except ValueError:
         return _confirm_page(
@@ -520,12 +538,11 @@ def extend_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespons
         )
     done, refused, other = 0, [], []
     for target in targets:
-        result = force_extend(
-            model_admin.lock_manager,
-            target.name,
-            seconds,
-            owner=target.owner,
-            fencing_token=target.fence,
+        if _became_owned(model_admin, target):
+            refused.append(target.name)
+            continue
+        result = model_admin.lock_manager.force_extend(
+            target.name, seconds, owner=target.owner, fencing_token=target.fence
         )
         if result.extended:
             done += 1

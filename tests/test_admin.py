@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import time
+from fnmatch import fnmatch
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from django.contrib import admin as django_admin
 from django.contrib.admin import AdminSite
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
 from django.test import Client, override_settings
 from django.urls import path
 
@@ -131,6 +134,24 @@ def test_permission_rows_exist() -> None:
     assert codenames == {"view_heldlock", "release_lock", "extend_lock"}
 
 
+def test_migration_matches_the_model() -> None:
+    # The permission rows come from migrations/0001_initial.py: no drift from the model.
+    call_command("makemigrations", "django_redislock", "--check", "--dry-run", verbosity=0)
+
+
+def test_the_wheel_ships_the_migrations() -> None:
+    # Without the migration, users' `makemigrations --check` reports django_redislock
+    # as changed and `makemigrations` writes a migration into site-packages.
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    wheel = config["tool"]["hatch"]["build"]["targets"]["wheel"]
+    shipped = "django_redislock/migrations/0001_initial.py"
+    assert any(shipped.startswith(p.rstrip("/") + "/") for p in wheel["packages"])
+    for pattern in wheel.get("exclude", []):
+        p = pattern.strip("/")
+        assert not (fnmatch(shipped, p) or shipped.startswith(p + "/")), pattern
+
+
 def test_admin_index_has_locks_entry(su: Client) -> None:
     response = su.get("/admin/")
     assert response.status_code == 200
@@ -162,6 +183,7 @@ def test_staff_without_view_permission_gets_403(client: Client, held: Any) -> No
 def test_viewer_is_read_only(client: Client, held: Any) -> None:
     lk = held("ro:1")
     client.force_login(user_with("view_heldlock"))
+    assert f'href="{LIST}"' in client.get("/admin/").content.decode()
     response = client.get(LIST)
     assert response.status_code == 200
     assert rows(response) == ["ro:1"]
@@ -351,6 +373,14 @@ def test_scan_windows_reach_every_lock(
     assert 2 <= windows <= 8
 
 
+def test_out_of_range_cursor_starts_over(su: Client, held: Any) -> None:
+    held("c:1")
+    for cursor in (str(2**64), str(10**30), "-5", "x"):
+        response = su.get(LIST, {"cursor": cursor})
+        assert response.context["error"] is None, cursor
+        assert rows(response) == ["c:1"]
+
+
 def test_scan_budget_bounds_a_search(
     su: Client, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -399,6 +429,26 @@ def test_names_are_escaped_everywhere(su: Client, held: Any) -> None:
     assert "&lt;script&gt;alert" in response.content.decode()
 
 
+def test_holder_metadata_is_escaped_everywhere(su: Client, redis_client: redis.Redis) -> None:
+    evil = "<script>x()</script>"
+    put_lock(redis_client, "meta:1", owner=f"own{evil}", meta={
+        "host": f"h{evil}", "pid": 1, "thread": f"t{evil}", "purpose": f"p{evil}",
+        "task_id": f"id{evil}", "task_name": f"n{evil}", "kind": f"k{evil}",
+        "extra": {f"e{evil}": f"v{evil}"}, "other": f"o{evil}"})
+    listing = su.get(LIST)
+    (row,) = listing.context["rows"]
+    pages = [listing, su.get(row.detail_url), su.post(RELEASE, {"target": row.target}),
+             su.get(LIST, {"host": f"h{evil}"}), su.get(LIST, {"kind": f"k{evil}"})]
+    for page in pages:
+        assert page.status_code == 200
+        html = page.content.decode()
+        assert "<script>x()" not in html
+        assert "&lt;script&gt;x()" in html
+    su.post(RELEASE, {"target": row.target, "confirm": "yes"})
+    index = su.get("/admin/").content.decode()  # "Recent actions" shows the LogEntry
+    assert "meta:1" in index and "<script>x()" not in index
+
+
 # --- actions -------------------------------------------------------------------------------
 
 
@@ -410,6 +460,8 @@ def test_csrf_is_enforced(held: Any) -> None:
     payload = {"target": target_of(response, "csrf:1"), "confirm": "yes"}
     assert client.post(RELEASE, payload).status_code == 403
     assert lk.locked()
+    assert client.post(EXTEND, {**payload, "seconds": "300"}).status_code == 403
+    assert lk.ttl() <= 60
     payload["csrfmiddlewaretoken"] = response.context["csrf_token"]
     assert client.post(RELEASE, payload).status_code == 302
     assert not lk.locked()
@@ -458,6 +510,41 @@ def test_release_leaves_a_lock_that_changed_owner(su: Client, held: Any) -> None
     assert any("changed owner" in m and "handover:1" in m for m in messages)
 
 
+def test_release_leaves_a_lock_reacquired_by_the_same_owner(su: Client, held: Any) -> None:
+    # Same owner string (e.g. a Celery task id retried, an explicit owner): the token differs.
+    first = held("again:1", owner="same-owner")
+    target = target_of(su.get(LIST), "again:1")
+    first.release()
+    second = held("again:1", owner="same-owner")
+    assert second.fencing_token != first.fencing_token
+    su.post(RELEASE, {"target": target, "confirm": "yes"})
+    assert second.owned()
+    su.post(EXTEND, {"target": target, "confirm": "yes", "seconds": "300"})
+    assert second.ttl() <= 60
+    assert not LogEntry.objects.exists()
+
+
+def test_unowned_key_taken_over_by_a_holder_is_left_alone(
+    su: Client, held: Any, redis_client: redis.Redis
+) -> None:
+    # Another tool's key records no owner or token, so the operator's target has none;
+    # it expires and one of our holders takes the name before the operator confirms.
+    redis_client.set("redislock:{shared:1}", "other tool", px=60_000)
+    target = target_of(su.get(LIST), "shared:1")
+    assert json.loads(target)["o"] is None and json.loads(target)["f"] is None
+    redis_client.delete("redislock:{shared:1}")
+    taker = held("shared:1", owner="new-holder")
+    confirm = su.post(RELEASE, {"target": target})
+    assert "changed owner since you looked" in confirm.content.decode()
+    su.post(RELEASE, {"target": target, "confirm": "yes"})
+    su.post(EXTEND, {"target": target, "confirm": "yes", "seconds": "300"})
+    assert taker.owned() and taker.ttl() <= 60
+    assert not LogEntry.objects.exists()
+    messages = [str(m) for m in su.get(LIST).context["messages"]]
+    assert any("Not released because the lock changed owner" in m for m in messages), messages
+    assert any("Not extended because the lock changed owner" in m for m in messages), messages
+
+
 def test_release_of_a_lock_already_gone(su: Client, held: Any) -> None:
     lk = held("gone:1")
     target = target_of(su.get(LIST), "gone:1")
@@ -471,8 +558,9 @@ def test_extend_with_confirmation_and_audit(su: Client, held: Any) -> None:
     target = target_of(su.get(LIST), "long:1")
     confirm = su.post(EXTEND, {"target": target})
     assert confirm.status_code == 200 and 'name="seconds"' in confirm.content.decode()
-    bad = su.post(EXTEND, {"target": target, "confirm": "yes", "seconds": "-5"})
-    assert bad.status_code == 200 and "Enter a number of seconds" in bad.content.decode()
+    for value in ("-5", "0.0001", "nan", "inf", "1e400", "abc", str(8 * 86400)):
+        bad = su.post(EXTEND, {"target": target, "confirm": "yes", "seconds": value})
+        assert bad.status_code == 200 and "Enter a number of seconds" in bad.content.decode()
     assert lk.ttl() <= 60
     su.post(EXTEND, {"target": target, "confirm": "yes", "seconds": "300"})
     assert 300 < lk.ttl() <= 360
@@ -566,3 +654,18 @@ def test_redis_down_is_reported_not_a_crash(su: Client) -> None:
         assert su.post(RELEASE, {"target": target, "confirm": "yes"}).status_code == 503
         extend = {"target": target, "confirm": "yes", "seconds": "5"}
         assert su.post(EXTEND, extend).status_code == 503
+
+
+# --- engine finding (the admin lists with its own SCAN and is not affected) ---------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: LockManager.active() scans with TYPE hash, so another tool's "
+    "non-hash key under the prefix is missing although get() shows it as kind='foreign'",
+)
+def test_active_lists_foreign_non_hash_keys(redis_client: redis.Redis) -> None:
+    redis_client.set("redislock:{strkey}", "another tool", px=60_000)
+    info = locks.get("strkey")
+    assert info is not None and info.kind == "foreign"
+    assert [i.name for i in locks.active()] == ["strkey"]

@@ -108,7 +108,9 @@ def neighbours(redis_client: redis.Redis) -> Iterator[None]:
             "since": int(time.time() * 1000) - 95_000, "ttl": 300_000,
             "meta": json.dumps({"host": "worker-2", "pid": 4242, "thread": "MainThread",
                                 "task_id": "5b1d0c1e-77aa-4c1b-9f0e-2a1b3c4d5e6f",
-                                "task_name": "accounts.tasks.sync_account"}),
+                                "task_name": "accounts.tasks.sync_account",
+                                "purpose": "accounts.tasks.sync_account",
+                                "extra": {"account_id": 9}}),
         },
     )
     redis_client.pexpire("redislock:{sync:account-9}", 300_000)
@@ -160,6 +162,9 @@ def test_release_a_lock_held_by_another_process(
                 arg=['tr[data-lock-name="report:2024-06"] .redislock-lease', first],
                 timeout=5_000,
             )
+            # More room for the columns in the screenshot: fold the admin's nav sidebar.
+            page.click("#toggle-nav-sidebar")
+            expect(page.locator("#nav-sidebar")).to_be_hidden()
             page.screenshot(path=str(shot), full_page=True)
 
             # Dark mode uses the admin's dark palette.
