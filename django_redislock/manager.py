@@ -117,7 +117,10 @@ class LockManager:
         client = backend.client
         try:
             keys: list[Any] = []
-            for key in client.scan_iter(match=pattern, count=batch_size, _type="hash"):
+            # The pattern matches lock keys only (companion keys are named
+            # "<prefix>:fence:{...}" etc.); no TYPE filter, so another tool's
+            # non-hash key under the prefix is listed too, as kind "foreign".
+            for key in client.scan_iter(match=pattern, count=batch_size):
                 keys.append(key)
                 if len(keys) >= batch_size:
                     yield from self._load(client, keyspace, keys)
@@ -133,14 +136,14 @@ class LockManager:
         for key in keys:
             pipe.hgetall(key)
             pipe.pttl(key)
-        replies = pipe.execute()
+        replies = pipe.execute(raise_on_error=False)
         for i, key in enumerate(keys):
             text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
             name = keyspace.name_from_key(text)
-            pttl = int(replies[2 * i + 1])
+            fields, pttl = _tolerate_wrong_type(replies[2 * i : 2 * i + 2])
             if name is None or pttl == -2:
                 continue
-            yield _info(name, text, replies[2 * i], pttl)
+            yield _info(name, text, fields, int(pttl))
 
     def force_release(
         self, name: str, *, owner: str | None = None, fencing_token: int | None = None

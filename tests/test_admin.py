@@ -659,11 +659,6 @@ def test_redis_down_is_reported_not_a_crash(su: Client) -> None:
 # --- engine finding (the admin lists with its own SCAN and is not affected) ---------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: LockManager.active() scans with TYPE hash, so another tool's "
-    "non-hash key under the prefix is missing although get() shows it as kind='foreign'",
-)
 def test_active_lists_foreign_non_hash_keys(redis_client: redis.Redis) -> None:
     redis_client.set("redislock:{strkey}", "another tool", px=60_000)
     info = locks.get("strkey")
