@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -30,8 +31,8 @@ from celery.signals import task_revoked
 from celery.utils import uuid
 
 from ._keys_template import KeySpec
-from .decorators import DEFAULT, MAX_HOLDS, TASK_MODES, GuardConfig, not_acquired
-from .exceptions import LockNotAcquired, LockNotOwned
+from .decorators import DEFAULT, TASK_MODES, GuardConfig, not_acquired
+from .exceptions import LockBackendError, LockError, LockNotAcquired, LockNotOwned
 from .lock import Lock
 
 logger = logging.getLogger("django_redislock.celery")
@@ -63,25 +64,65 @@ def _task_meta(task: Task, task_id: str | None) -> dict[str, Any]:
     return {"kind": "task", "task_id": task_id, "task_name": task.name}
 
 
-def release_all(lock: Lock) -> bool:
-    """Release every hold of *lock*'s owner (enqueue-time and worker holds alike).
+def _release(lock: Lock, *, every_hold: bool = True) -> bool | None:
+    """Release the caller's hold of *lock*, or with *every_hold* all its owner's holds.
 
-    Owner-checked: returns False (and changes nothing) when the lock is no
-    longer this owner's, e.g. because its lease ran out.
+    ``every_hold`` frees the enqueue-time hold and the worker's re-entry in one
+    round trip. Owner-checked: returns False (and changes nothing) when the lock
+    is no longer this owner's, e.g. because its lease ran out.
+
+    When Redis cannot confirm the release, the hold is no longer renewed (so
+    its lease runs out within one ``ttl``), the error is logged and None is
+    returned: a task whose body has run is not failed (nor auto-retried) for it.
     """
-    for _ in range(MAX_HOLDS):
-        try:
-            remaining = lock.release()
-        except LockNotOwned:
-            return False
-        if remaining <= 0:
-            return True
-    logger.error("redislock: lock %r still held after %d releases", lock.name, MAX_HOLDS)
-    return False
+    try:
+        if every_hold:
+            lock.release_all()
+        else:
+            lock.release()
+    except LockNotOwned:
+        return False
+    except LockBackendError:
+        lock._forget(lock.owner)
+        logger.error(
+            "redislock: could not release lock %r (owner %s); it frees when its lease "
+            "runs out",
+            lock.name,
+            lock.owner,
+            exc_info=True,
+        )
+        return None
+    return True
+
+
+#: Per thread: how many runs of each (lock name, owner) are in progress, so a
+#: task that calls itself directly (same task id, so it re-enters its own lock)
+#: gives back only its own hold when the inner call ends.
+_runs = threading.local()
+
+
+def _enter(key: tuple[str, str]) -> bool:
+    """Count one more run of *key*; True when it is the outermost one."""
+    depths: dict[tuple[str, str], int] | None = getattr(_runs, "depths", None)
+    if depths is None:
+        depths = _runs.depths = {}
+    depth = depths.get(key, 0)
+    depths[key] = depth + 1
+    return depth == 0
+
+
+def _leave(key: tuple[str, str]) -> None:
+    depths: dict[tuple[str, str], int] = _runs.depths
+    depth = depths.pop(key) - 1
+    if depth:
+        depths[key] = depth
 
 
 def _delay_seconds(countdown: Any = None, eta: Any = None) -> float:
-    """Seconds from now until a task sent with *countdown*/*eta* (or a Retry's ``when``) runs."""
+    """Seconds from now until a task sent with *countdown*/*eta* (or a Retry's ``when``) runs.
+
+    A naive ETA is UTC, as Celery reads it (whatever the local time zone).
+    """
     if eta is None and isinstance(countdown, dt.datetime):
         countdown, eta = None, countdown
     if countdown is not None:
@@ -89,8 +130,8 @@ def _delay_seconds(countdown: Any = None, eta: Any = None) -> float:
     if isinstance(eta, str):
         eta = dt.datetime.fromisoformat(eta)
     if isinstance(eta, dt.datetime):
-        now = dt.datetime.now(eta.tzinfo) if eta.tzinfo else dt.datetime.now()
-        return max(0.0, (eta - now).total_seconds())
+        when: dt.datetime = eta if eta.tzinfo else eta.replace(tzinfo=dt.timezone.utc)
+        return max(0.0, (when - dt.datetime.now(dt.timezone.utc)).total_seconds())
     return 0.0
 
 
@@ -112,23 +153,29 @@ def run_guarded(
     on_locked = "skip" if config.on_locked is DEFAULT else config.on_locked
     if not config.acquire(lock, wait=on_locked == "wait"):
         return _task_locked(task, config, on_locked, name, call_args, kwargs)
+    run_key = (name, lock.owner)
+    # The outermost run of this owner ends the task: it frees every hold (its own
+    # and the enqueue-time one) at once. A nested direct call gives back its own.
+    outermost = _enter(run_key)
     try:
         result = body()
     except Retry as exc:
         if config.lock_on_retry == "keep":
             _keep_for_retry(lock, exc, config)
         else:
-            release_all(lock)
+            _release(lock, every_hold=outermost)
         raise
     except BaseException:
-        _release_at_end(lock, task)
+        _release_at_end(lock, task, outermost)
         raise
-    _release_at_end(lock, task)
+    finally:
+        _leave(run_key)
+    _release_at_end(lock, task, outermost)
     return result
 
 
-def _release_at_end(lock: Lock, task: Task) -> None:
-    if not release_all(lock):
+def _release_at_end(lock: Lock, task: Task, outermost: bool) -> None:
+    if _release(lock, every_hold=outermost) is False:
         logger.warning(
             "redislock: task %s[%s] lost its lock %r before it finished "
             "(lease expired or force-released); another run may have overlapped",
@@ -144,7 +191,7 @@ def _keep_for_retry(lock: Lock, exc: Retry, config: GuardConfig) -> None:
     lease = lock.ttl_seconds or 0.0
     try:
         lock.extend(_delay_seconds(exc.when) + lease, replace_ttl=True)
-    except LockNotOwned:
+    except LockError:  # lost meanwhile, or Redis unreachable: the retry still runs
         pass
     lock._forget(lock.owner)
 
@@ -325,7 +372,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
         try:
             return super().apply_async(args, kwargs, task_id, **options)
         except BaseException:
-            release_all(lock)  # the message was never sent: leave no lock behind
+            _release(lock, every_hold=False)  # never sent: leave no lock behind
             raise
 
     def _duplicate(self, config: GuardConfig, name: str) -> Any:
@@ -374,7 +421,7 @@ def _release_on_revoke(sender: Any = None, request: Any = None, **kwargs: Any) -
             dict(getattr(request, "kwargs", None) or {}),
         )
         lock = config.lock_manager().lock(name, owner=task_id, auto_renew=False)
-        if release_all(lock):
+        if _release(lock):
             logger.info("redislock: released lock %r of revoked task %s", name, task_id)
     except Exception:  # a signal handler must not break the worker
         logger.exception("redislock: could not release the lock of revoked task %s", task_id)

@@ -52,9 +52,6 @@ DEFAULT: Any = _Default()
 #: The ``on_locked`` modes understood by Celery tasks.
 TASK_MODES = ("skip", "retry", "wait", "raise")
 
-#: How many holds a full release may undo before giving up (bounds the loop).
-MAX_HOLDS = 1000
-
 
 @dataclass(frozen=True)
 class GuardConfig:

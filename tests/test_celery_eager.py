@@ -7,7 +7,10 @@ test Redis (database 3), which is emptied afterwards.
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,9 +18,12 @@ import pytest
 import redis
 from celery import Celery, shared_task
 from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry as RedisRetry
 
-from django_redislock import LockNotAcquired, locks, signals, single_instance
+from django_redislock import LockManager, LockNotAcquired, locks, signals, single_instance
 from django_redislock.celery import DuplicateTaskError, SingleInstanceTask, is_skipped
+from tests.tcp_proxy import TcpProxy
 
 _BROKER = settings.REDIS_URL.rsplit("/", 1)[0] + "/3"
 
@@ -68,6 +74,48 @@ def waits(n: int) -> str:
 def waits_briefly(n: int) -> str:
     """Waits up to 0.2 s for wait:<n>."""
     return "ran"
+
+
+@eager.task(bind=True)
+@single_instance("rec:{n}")
+def recurse(self: Any, n: int, depth: int) -> str:
+    """Calls itself directly (same task id, so it re-enters its own lock)."""
+    if depth:
+        recurse(n, depth - 1)
+    calls.append(locks.get(f"rec:{n}"))
+    return "done"
+
+
+@eager.task(bind=True, base=SingleInstanceTask, lock_key="rec-base:{n}", unique_on_enqueue=True)
+def recurse_base(self: Any, n: int, depth: int) -> str:
+    """Like ``recurse``, with enqueue-time dedupe (one more hold)."""
+    if depth:
+        recurse_base(n, depth - 1)
+    calls.append(locks.get(f"rec-base:{n}"))
+    return "done"
+
+
+@eager.task(bind=True, max_retries=2)
+@single_instance("eager-retry:{n}")
+def retries_once(self: Any, n: int) -> str:
+    """Retries itself once (the lock is kept for the retry by default)."""
+    calls.append(locks.get(f"eager-retry:{n}"))
+    if self.request.retries == 0:
+        raise self.retry(countdown=5)
+    return "ran"
+
+
+@shared_task(bind=True)
+@single_instance("shared:{n}")
+def shared(self: Any, n: int) -> str | None:
+    """A shared_task with bind=True: the key leaves self out, the owner is the task id."""
+    info = locks.get(f"shared:{n}")
+    return info.owner if info is not None and info.owner == self.request.id else None
+
+
+@queued.task(base=SingleInstanceTask, lock_key="q:{order.pk}", unique_on_enqueue=True)
+def by_order(order: Any) -> None:
+    """A key from an attribute of an argument."""
 
 
 @queued.task(base=SingleInstanceTask, lock_key="q:{n}", unique_on_enqueue=True,
@@ -193,3 +241,104 @@ def test_wait_mode_blocks_until_the_holder_releases_or_the_timeout() -> None:
     finally:
         timer.cancel()
     assert locks.get("wait:1") is None
+
+
+def test_a_task_calling_itself_directly_does_not_free_its_outer_lock() -> None:
+    # recurse(n, 0) inside recurse's body runs under the same task id: it re-enters
+    # the lock, and its end must give back only its own hold.
+    assert recurse.delay(1, 1).get() == "done"
+    inner, outer = calls
+    assert inner is not None and inner.hold_count == 2
+    assert outer is not None and outer.hold_count == 1 and outer.owner == inner.owner
+    assert locks.get("rec:1") is None
+
+    calls.clear()
+    assert recurse_base.delay(2, 1).get() == "done"
+    inner, outer = calls
+    assert inner is not None and inner.hold_count == 3  # enqueue + outer run + inner run
+    assert outer is not None and outer.hold_count == 2 and outer.owner == inner.owner
+    assert locks.get("rec-base:2") is None
+
+
+def test_eager_retry_keeps_the_lock_then_frees_it() -> None:
+    eager.conf.task_eager_propagates = False  # Celery runs eager retries only then
+    try:
+        result = retries_once.delay(3)
+    finally:
+        eager.conf.task_eager_propagates = True
+    assert result.get() == "ran"
+    first, retried = calls
+    assert first is not None and retried is not None and retried.owner == first.owner
+    assert locks.get("eager-retry:3") is None  # no lock leaks into the next test
+
+
+def test_shared_task_bound_key_leaves_self_out() -> None:
+    result = shared.apply((4,))
+    assert result.get() == result.id
+
+
+def test_naive_eta_is_utc_like_celery_reads_it() -> None:
+    # Celery reads a naive ETA as UTC whatever the local time zone (the test
+    # settings' TIME_ZONE makes local time America/Chicago, hours behind UTC).
+    eta = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) + dt.timedelta(seconds=60)
+    result = lenient.apply_async((3,), eta=eta)
+    info = locks.get("q:3")
+    assert info is not None and info.owner == result.id
+    assert 60 < info.ttl <= 67  # lock_ttl (7 s) + the wait for the ETA
+    aware = dt.datetime.now(dt.timezone(dt.timedelta(hours=5))) + dt.timedelta(seconds=60)
+    lenient.apply_async((4,), eta=aware)
+    assert 60 < locks.get("q:4").ttl <= 67
+
+
+def test_key_that_cannot_be_rendered_publishes_nothing() -> None:
+    broker = redis.Redis.from_url(_BROKER)
+    with pytest.raises(ValueError, match="cannot render lock key"):
+        by_order.delay(None)
+    with pytest.raises(TypeError, match="cannot compute the lock key"):
+        by_order.apply_async(kwargs={"customer": 1})
+    assert list(locks.active()) == []
+    assert broker.llen("nobody-consumes-this") == 0
+
+
+def test_skips_and_dedupes_are_logged_with_the_key_and_the_holder(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="django_redislock.celery")
+    first = lenient.delay(5)
+    assert lenient.delay(5).id == first.id
+    dedupe = [r.getMessage() for r in caplog.records]
+    assert any("'q:5'" in m and first.id in m for m in dedupe), dedupe
+
+    caplog.clear()
+    result = nested.delay(6, 1).get()
+    assert is_skipped(result)
+    skip = [r.getMessage() for r in caplog.records]
+    assert any("'nested:6'" in m and result["holder"] in m for m in skip), skip
+
+
+def test_redis_unreachable_as_a_task_ends_keeps_its_result_and_the_lease_runs_out() -> None:
+    upstream = redis.Redis.from_url(settings.REDIS_URL).connection_pool.connection_kwargs["port"]
+    proxy = TcpProxy(upstream)
+    client = redis.Redis(
+        host="127.0.0.1", port=proxy.port, socket_timeout=2, socket_connect_timeout=1,
+        retry=RedisRetry(NoBackoff(), 0),
+    )
+
+    @eager.task(bind=True, name="tests.outage")
+    @single_instance("outage:{n}", ttl=1, manager=LockManager(client=client))
+    def outage(self: Any, n: int) -> str:
+        proxy.set_down(True)  # Redis cannot be reached when the task releases its lock
+        return "done"
+
+    try:
+        # The body ran: a failed release must not turn its success into a failure
+        # (autoretry_for would run it again).
+        assert outage.delay(1).get() == "done"
+    finally:
+        proxy.set_down(False)
+    # Redis is back: nothing renews the finished task's lock, its 1 s lease runs out.
+    deadline = time.monotonic() + 5
+    while locks.get("outage:1") is not None:
+        assert time.monotonic() < deadline, "a finished task's lock is still renewed"
+        time.sleep(0.05)
+    proxy.close()

@@ -1,4 +1,6 @@
-"""The example project's Celery app: ``celery --workdir example_project -A example.celery_app worker``.
+"""The example project's Celery app.
+
+Run: ``celery --workdir example_project -A example.celery_app worker``.
 
 Broker and result backend default to the same Redis as the cache and the locks
 (``REDIS_URL``); set ``CELERY_BROKER_URL`` to use another one.
