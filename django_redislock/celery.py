@@ -142,8 +142,15 @@ def run_guarded(
     call_args: tuple[Any, ...],
     kwargs: dict[str, Any],
     body: Callable[[], Any],
+    *,
+    reset_lease: bool = False,
 ) -> Any:
-    """Run *body* (one execution of *task*) under its single-instance lock."""
+    """Run *body* (one execution of *task*) under its single-instance lock.
+
+    With *reset_lease*, the outermost run sets the lease back to the lock's ttl
+    (an enqueue-time lease may be longer), so a killed worker's lock frees
+    within one ttl.
+    """
     task_id = task.request.id
     name = spec.render(call_args, kwargs)
     owner = task_id
@@ -158,6 +165,11 @@ def run_guarded(
     # and the enqueue-time one) at once. A nested direct call gives back its own.
     outermost = _enter(run_key)
     try:
+        if reset_lease and outermost:
+            try:
+                lock.reacquire()
+            except LockNotOwned:
+                pass
         result = body()
     except Retry as exc:
         if config.lock_on_retry == "keep":
@@ -266,6 +278,9 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
       or a callable ``(lock_info, *args, **kwargs)``;
     * ``unique_on_enqueue``: take the lock in ``apply_async`` so a duplicate is
       not even queued (False);
+    * ``lock_enqueue_ttl``: with ``unique_on_enqueue``, the lease of the lock
+      while the message waits in the queue (default ``lock_ttl``), plus any
+      countdown/ETA: nothing renews it until a worker starts the task;
     * ``on_duplicate``: with ``unique_on_enqueue``, ``"return"`` the holder's
       AsyncResult (default) or ``"raise"`` :class:`DuplicateTaskError`;
     * ``lock_on_retry``: ``"keep"`` (default) or ``"release"`` on ``self.retry()``;
@@ -277,6 +292,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
     lock_timeout: float | None = 0
     on_locked: Any = "skip"
     unique_on_enqueue: bool = False
+    lock_enqueue_ttl: float | None = None
     on_duplicate: str = "return"
     lock_on_retry: str = "keep"
     lock_manager: Any = None
@@ -293,6 +309,13 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
     def _build_lock_config(cls, run: Any) -> GuardConfig:
         if cls.on_duplicate not in ("return", "raise"):
             raise ValueError(f"on_duplicate must be 'return' or 'raise', not {cls.on_duplicate!r}")
+        enqueue_ttl = cls.lock_enqueue_ttl
+        if enqueue_ttl is not None and (
+            isinstance(enqueue_ttl, bool)
+            or not isinstance(enqueue_ttl, (int, float))
+            or not enqueue_ttl > 0
+        ):
+            raise ValueError(f"lock_enqueue_ttl must be a positive number, not {enqueue_ttl!r}")
         if cls.lock_on_retry not in ("keep", "release"):
             raise ValueError(
                 f"lock_on_retry must be 'keep' or 'release', not {cls.lock_on_retry!r}"
@@ -328,6 +351,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             args,
             kwargs,
             lambda: super(SingleInstanceTask, self).__call__(*args, **kwargs),
+            reset_lease=bool(self.unique_on_enqueue and self.lock_enqueue_ttl),
         )
 
     def apply_async(
@@ -349,7 +373,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
         config = self._lock_config()
         name = config.spec.render(tuple(args or ()), dict(kwargs or {}))
         task_id = task_id or uuid()
-        lease = config.ttl
+        lease = self.lock_enqueue_ttl or config.ttl
         if lease is None:
             from .conf import get_setting
 

@@ -76,6 +76,13 @@ def waits_briefly(n: int) -> str:
     return "ran"
 
 
+@eager.task(base=SingleInstanceTask, lock_key="backlog-run:{n}", unique_on_enqueue=True,
+            lock_ttl=7, lock_enqueue_ttl=600)
+def backlogged_run(n: int) -> None:
+    """Records its lock as its body sees it."""
+    calls.append(locks.get(f"backlog-run:{n}"))
+
+
 @eager.task(bind=True)
 @single_instance("rec:{n}")
 def recurse(self: Any, n: int, depth: int) -> str:
@@ -111,6 +118,12 @@ def shared(self: Any, n: int) -> str | None:
     """A shared_task with bind=True: the key leaves self out, the owner is the task id."""
     info = locks.get(f"shared:{n}")
     return info.owner if info is not None and info.owner == self.request.id else None
+
+
+@queued.task(base=SingleInstanceTask, lock_key="backlog:{n}", unique_on_enqueue=True, lock_ttl=7,
+             lock_enqueue_ttl=600)
+def backlogged(n: int) -> None:
+    """Its enqueue-time lock outlives a long wait in a busy queue."""
 
 
 @queued.task(base=SingleInstanceTask, lock_key="q:{order.pk}", unique_on_enqueue=True)
@@ -342,3 +355,20 @@ def test_redis_unreachable_as_a_task_ends_keeps_its_result_and_the_lease_runs_ou
         assert time.monotonic() < deadline, "a finished task's lock is still renewed"
         time.sleep(0.05)
     proxy.close()
+
+
+def test_enqueue_lease_can_outlive_a_backlog() -> None:
+    # A message may wait behind others longer than lock_ttl; nothing renews the
+    # enqueue-time lock meanwhile, so lock_enqueue_ttl sets its lease.
+    result = backlogged.delay(1)
+    info = locks.get("backlog:1")
+    assert info is not None and info.owner == result.id and 590 < info.ttl <= 600
+    backlogged.apply_async((2,), countdown=60)
+    assert 650 < locks.get("backlog:2").ttl <= 660
+    lenient.delay(1)
+    assert 0 < locks.get("q:1").ttl <= 7  # by default, lock_ttl
+    # Once the task runs, the lease is lock_ttl again (renewed by the watchdog), so
+    # a killed worker's lock still frees within one lock_ttl.
+    backlogged_run.delay(3)
+    assert calls[0] is not None and calls[0].hold_count == 2 and 0 < calls[0].ttl <= 7
+    assert locks.get("backlog-run:3") is None
