@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 
 from . import signals
 from .conf import get_setting
-from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
+from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
 from .identity import HOSTNAME, current_owner, new_nonce
 from .keys import LockKeys, to_millis, validate_name, validate_seconds
 from .renewal import WatchEntry, watchdog
@@ -525,6 +525,13 @@ class Lock:
         reason = hold.lost_reason if hold is not None else None
         try:
             self._release(owner)
+        except LockBackendError:
+            # The block is over: keep the hold so release() can be retried, but
+            # stop renewing it, so that without a retry the lease runs out.
+            if hold is not None and hold.watch is not None:
+                watchdog.unwatch(hold.watch)
+                hold.watch = None
+            raise
         except LockNotOwned:
             reason = reason or "its lease expired or it was released by someone else"
             if hold is not None and hold.lost_reason is None:

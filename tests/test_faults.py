@@ -107,3 +107,24 @@ def test_wrong_type_key_is_a_backend_error(manager: LockManager, name: str, redi
     redis_client.set(manager.backend().keyspace.keys(name).lock, "not a hash")
     with pytest.raises(LockBackendError, match="WRONGTYPE"):
         manager.lock(name).acquire(blocking=False)
+
+
+def test_with_block_whose_release_fails_stops_renewing(
+    proxy: TcpProxy, name: str, redis_client
+) -> None:
+    from django_redislock.renewal import watchdog
+
+    manager = LockManager(client=_client(proxy.port, 0))
+    lock = manager.lock(name, ttl=0.6)
+    with pytest.raises(LockBackendError):
+        with lock:
+            assert watchdog.watched() == 1
+            proxy.set_down(True)
+    assert watchdog.watched() == 0, "a lock whose block has ended must not be kept alive"
+    assert lock.fencing_token is not None, "the hold is kept so release() can be retried"
+    proxy.set_down(False)
+    deadline = time.monotonic() + 5
+    key = manager.backend().keyspace.keys(name).lock
+    while redis_client.exists(key):
+        assert time.monotonic() < deadline, "the lease should run out without renewal"
+        time.sleep(0.02)
