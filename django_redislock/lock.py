@@ -341,23 +341,26 @@ class Lock:
                 hold.watch = watchdog.watch(self, owner, backend.client, keys.lock, self.ttl_ms)
         else:
             hold.count += 1
-        signals.lock_acquired.send(
-            sender=Lock,
-            lock=self,
-            name=self.name,
-            owner=owner,
-            fencing_token=fence,
-            hold_count=count,
-        )
+        # On the hot path: only build the signal call when somebody listens.
+        if signals.lock_acquired.receivers:
+            signals.lock_acquired.send(
+                sender=Lock,
+                lock=self,
+                name=self.name,
+                owner=owner,
+                fencing_token=fence,
+                hold_count=count,
+            )
 
     def _contended(self, owner: str, pttl: int) -> None:
-        signals.lock_contended.send(
-            sender=Lock,
-            lock=self,
-            name=self.name,
-            owner=owner,
-            pttl=pttl / 1000.0 if pttl >= 0 else None,
-        )
+        if signals.lock_contended.receivers:
+            signals.lock_contended.send(
+                sender=Lock,
+                lock=self,
+                name=self.name,
+                owner=owner,
+                pttl=pttl / 1000.0 if pttl >= 0 else None,
+            )
 
     # -- release, extend -------------------------------------------------------
 
@@ -408,9 +411,10 @@ class Lock:
             hold.count -= 1
             if hold.count <= 0 or remaining == 0:
                 self._forget(owner)
-        signals.lock_released.send(
-            sender=Lock, lock=self, name=self.name, owner=owner, hold_count=remaining
-        )
+        if signals.lock_released.receivers:
+            signals.lock_released.send(
+                sender=Lock, lock=self, name=self.name, owner=owner, hold_count=remaining
+            )
         return remaining
 
     def _forget(self, owner: str) -> None:
