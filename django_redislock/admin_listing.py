@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from .info import LockInfo
 from .keys import KeySpace, glob_escape
-from .manager import LockManager
+from .manager import LockManager, load_infos
 from .scripts import backend_error
 
 #: Accepted values of the ``o`` (ordering) query parameter.
@@ -96,35 +96,6 @@ def sort_rows(rows: list[LockInfo], order: str) -> list[LockInfo]:
     if order not in ORDERINGS:
         order = "name"
     return sorted(rows, key=_sort_key(order), reverse=order.startswith("-"))
-
-
-def load_infos(client: Any, keyspace: KeySpace, keys: list[Any]) -> list[LockInfo]:
-    """Snapshot the locks at *keys* (one pipeline); keys gone meanwhile are skipped.
-
-    Keys written by other tools show with what is known: a key that is not a hash
-    or whose fields do not parse still yields a row with its name and lease.
-    """
-    pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.hgetall(key)
-        pipe.pttl(key)
-    replies = pipe.execute(raise_on_error=False)
-    out: list[LockInfo] = []
-    for i, raw_key in enumerate(keys):
-        key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else str(raw_key)
-        name = keyspace.name_from_key(key)
-        fields, pttl = replies[2 * i], replies[2 * i + 1]
-        if name is None or isinstance(pttl, Exception) or int(pttl) == -2:
-            continue
-        ttl = math.inf if int(pttl) < 0 else int(pttl) / 1000.0
-        if isinstance(fields, ResponseError):
-            out.append(LockInfo(name=name, key=key, ttl=ttl, kind="foreign"))
-            continue
-        try:
-            out.append(LockInfo.from_redis(name, key, fields, int(pttl)))
-        except (ValueError, OverflowError, OSError, TypeError):
-            out.append(LockInfo(name=name, key=key, ttl=ttl, kind="foreign"))
-    return out
 
 
 def scan_window(

@@ -27,10 +27,11 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from redis.exceptions import RedisError
 
-from .admin_listing import ORDERINGS, ListQuery, load_infos, scan_window
+from .admin_listing import ORDERINGS, ListQuery, scan_window
 from .exceptions import LockBackendError
 from .info import LockInfo
 from .keys import validate_name
+from .manager import load_infos
 from .models import HeldLock
 from .scripts import backend_error
 

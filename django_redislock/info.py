@@ -74,7 +74,12 @@ class LockInfo:
     def from_redis(
         cls, name: str, key: str, fields: Mapping[Any, Any] | None, pttl: int
     ) -> LockInfo:
-        """Build a LockInfo from a lock hash (``HGETALL``) and its ``PTTL``."""
+        """Build a LockInfo from a lock hash (``HGETALL``) and its ``PTTL``.
+
+        *fields* is None for a key that is not a hash (another tool's): it
+        shows as kind ``"foreign"``. Fields that do not parse are left unknown;
+        this never raises on what it finds in Redis.
+        """
         data = {_text(k): v for k, v in (fields or {}).items()}
         meta: dict[str, Any] = {}
         raw_meta = _text(data.get("meta"))
@@ -96,9 +101,7 @@ class LockInfo:
             owner=_text(data.get("owner")),
             hold_count=_int(data.get("count")),
             fencing_token=_int(data.get("fence")),
-            acquired_at=(
-                datetime.fromtimestamp(since / 1000.0, tz=timezone.utc) if since else None
-            ),
+            acquired_at=_from_epoch_ms(since),
             ttl=None if pttl == -2 else (math.inf if pttl < 0 else pttl / 1000.0),
             lease=lease_ms / 1000.0 if lease_ms else None,
             host=_str_or_none(meta.get("host")),
@@ -107,10 +110,19 @@ class LockInfo:
             purpose=_str_or_none(meta.get("purpose")),
             task_id=_str_or_none(meta.get("task_id")),
             task_name=_str_or_none(meta.get("task_name")),
-            kind=_str_or_none(meta.get("kind")) or "lock",
+            kind="foreign" if fields is None else _str_or_none(meta.get("kind")) or "lock",
             extra=extra if isinstance(extra, dict) else {},
             meta={k: v for k, v in meta.items() if k not in known},
         )
+
+
+def _from_epoch_ms(ms: int | None) -> datetime | None:
+    if not ms:
+        return None
+    try:
+        return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -92,15 +91,10 @@ class LockManager:
         backend = self.backend()
         key = backend.keyspace.keys(name).lock
         try:
-            pipe = backend.client.pipeline(transaction=False)
-            pipe.hgetall(key)
-            pipe.pttl(key)
-            fields, pttl = _tolerate_wrong_type(pipe.execute(raise_on_error=False))
+            infos = load_infos(backend.client, backend.keyspace, [key])
         except RedisError as exc:
             raise backend_error(exc, "read the lock", name) from exc
-        if pttl == -2:
-            return None
-        return _info(name, key, fields, int(pttl))
+        return infos[0] if infos else None
 
     def active(self, prefix: str = "", *, batch_size: int = 500) -> Iterator[LockInfo]:
         """Iterate over the held locks whose name starts with *prefix*.
@@ -123,27 +117,12 @@ class LockManager:
             for key in client.scan_iter(match=pattern, count=batch_size):
                 keys.append(key)
                 if len(keys) >= batch_size:
-                    yield from self._load(client, keyspace, keys)
+                    yield from load_infos(client, keyspace, keys)
                     keys = []
             if keys:
-                yield from self._load(client, keyspace, keys)
+                yield from load_infos(client, keyspace, keys)
         except RedisError as exc:
             raise backend_error(exc, "list the locks", None) from exc
-
-    @staticmethod
-    def _load(client: Any, keyspace: KeySpace, keys: list[Any]) -> Iterator[LockInfo]:
-        pipe = client.pipeline(transaction=False)
-        for key in keys:
-            pipe.hgetall(key)
-            pipe.pttl(key)
-        replies = pipe.execute(raise_on_error=False)
-        for i, key in enumerate(keys):
-            text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-            name = keyspace.name_from_key(text)
-            fields, pttl = _tolerate_wrong_type(replies[2 * i : 2 * i + 2])
-            if name is None or pttl == -2:
-                continue
-            yield _info(name, text, fields, int(pttl))
 
     def force_release(
         self, name: str, *, owner: str | None = None, fencing_token: int | None = None
@@ -208,21 +187,32 @@ class LockManager:
         return f"<LockManager cache={self.cache_alias!r} url={self.url!r}>"
 
 
-def _tolerate_wrong_type(replies: list[Any]) -> list[Any]:
-    """Turn a WRONGTYPE error for a non-hash key (another tool's) into 'no fields'."""
-    fields, pttl = replies
-    if isinstance(pttl, Exception):
-        raise pttl
-    if isinstance(fields, ResponseError) and "WRONGTYPE" in str(fields):
-        fields = None
-    elif isinstance(fields, Exception):
-        raise fields
-    return [fields, pttl]
+def load_infos(client: Any, keyspace: KeySpace, keys: list[Any]) -> list[LockInfo]:
+    """Snapshot the locks at *keys* in one pipelined round trip.
 
-
-def _info(name: str, key: str, fields: Any, pttl: int) -> LockInfo:
-    info = LockInfo.from_redis(name, key, fields, pttl)
-    return info if fields is not None else replace(info, kind="foreign")
+    Keys that are gone meanwhile, or are not lock keys, are skipped; a key
+    another tool wrote under the prefix shows with what is known (kind
+    ``"foreign"``). Redis errors other than a wrong key type are raised.
+    """
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.hgetall(key)
+        pipe.pttl(key)
+    replies = pipe.execute(raise_on_error=False)
+    infos: list[LockInfo] = []
+    for i, raw_key in enumerate(keys):
+        fields, pttl = replies[2 * i], replies[2 * i + 1]
+        if isinstance(pttl, Exception):
+            raise pttl
+        if isinstance(fields, ResponseError) and "WRONGTYPE" in str(fields):
+            fields = None  # not a hash: another tool's key
+        elif isinstance(fields, Exception):
+            raise fields
+        key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else str(raw_key)
+        name = keyspace.name_from_key(key)
+        if name is not None and int(pttl) != -2:
+            infos.append(LockInfo.from_redis(name, key, fields, int(pttl)))
+    return infos
 
 
 #: The default manager, configured by the ``REDISLOCK_*`` settings.

@@ -369,3 +369,13 @@ def test_asyncio_tasks_on_one_loop_are_different_owners() -> None:
 
     parent, first, second = asyncio.run(main())
     assert len({parent, first, second, current_owner()}) == 4
+
+
+def test_unparsable_fields_under_the_prefix_do_not_break_listing(
+    manager: LockManager, redis_client
+) -> None:
+    key = manager.backend().keyspace.keys("weird").lock
+    redis_client.hset(key, mapping={"since": "99999999999999999999", "count": "x", "meta": "{"})
+    info = manager.get("weird")
+    assert info is not None and info.acquired_at is None and info.hold_count is None
+    assert [i.name for i in manager.active()] == ["weird"]
