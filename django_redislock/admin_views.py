@@ -54,6 +54,11 @@ class Target:
     owner: str | None
     fence: int | None
 
+    @property
+    def unowned(self) -> bool:
+        """Seen with neither owner nor token (another tool's key): act only if still so."""
+        return self.owner is None and self.fence is None
+
     @classmethod
     def from_info(cls, info: LockInfo) -> Target:
         """The target for the lock *info* describes."""
@@ -405,20 +410,6 @@ def _log(request: HttpRequest, name: str, flag: int, message: str) -> None:
         )
 
 
-def _became_owned(model_admin: HeldLockAdmin, target: Target) -> bool:
-    """True if *target* was seen without owner and token and now has one of them.
-
-    The engine's compare-and-act treats "no owner, no token" as "any holder", so
-    for a key another tool wrote (nothing to compare) a lock that one of our
-    holders took since the page was loaded would otherwise be acted on. It is
-    read again just before acting; the remaining window is one round trip.
-    """
-    if target.owner is not None or target.fence is not None:
-        return False
-    now = _current(model_admin, [target.name]).get(target.name)
-    return now is not None and (now.owner is not None or now.fencing_token is not None)
-
-
 def _confirm_page(
     model_admin: HeldLockAdmin,
     request: HttpRequest,
@@ -472,11 +463,13 @@ def release_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespon
     before = _current(model_admin, [t.name for t in targets])
     released, refused, gone, failed = 0, [], 0, []
     for target in targets:
-        if _became_owned(model_admin, target):
-            refused.append(target.name)
-            continue
         try:
-            ok = manager.force_release(target.name, owner=target.owner, fencing_token=target.fence)
+            ok = manager.force_release(
+                target.name,
+                owner=target.owner,
+                fencing_token=target.fence,
+                unowned_only=target.unowned,
+            )
         except LockBackendError as exc:
             failed.append(f"{target.name} ({exc})")
             continue
@@ -539,11 +532,12 @@ def extend_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespons
         )
     done, refused, other = 0, [], []
     for target in targets:
-        if _became_owned(model_admin, target):
-            refused.append(target.name)
-            continue
         result = model_admin.lock_manager.force_extend(
-            target.name, seconds, owner=target.owner, fencing_token=target.fence
+            target.name,
+            seconds,
+            owner=target.owner,
+            fencing_token=target.fence,
+            unowned_only=target.unowned,
         )
         if result.extended:
             done += 1

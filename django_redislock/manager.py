@@ -125,14 +125,20 @@ class LockManager:
             raise backend_error(exc, "list the locks", None) from exc
 
     def force_release(
-        self, name: str, *, owner: str | None = None, fencing_token: int | None = None
+        self,
+        name: str,
+        *,
+        owner: str | None = None,
+        fencing_token: int | None = None,
+        unowned_only: bool = False,
     ) -> bool:
         """Delete the lock *name* whoever holds it, and hand it to the next waiter.
 
         An operator action: it is logged at WARNING. With *owner* and/or
         *fencing_token*, the lock is released only if it still has that owner /
         token (so a lock that changed hands since it was looked at is left
-        alone). Returns True if a lock was released.
+        alone); with *unowned_only*, only if it still has neither (a key another
+        tool wrote, as it was looked at). Returns True if a lock was released.
         """
         validate_name(name)
         backend = self.backend()
@@ -147,6 +153,7 @@ class LockManager:
                         owner or "",
                         "" if fencing_token is None else str(fencing_token),
                         backend.retention_ms,
+                        "1" if unowned_only else "",
                     ],
                 )
             )
@@ -170,13 +177,22 @@ class LockManager:
         *,
         owner: str | None = None,
         fencing_token: int | None = None,
+        unowned_only: bool = False,
     ) -> ExtendResult:
         """Add *seconds* to the lease of the lock *name*, whoever holds it (operator action).
 
         With *owner* and/or *fencing_token* the lease is extended only if the
-        lock still has that owner / token. See :class:`ExtendResult`.
+        lock still has that owner / token; with *unowned_only*, only if it has
+        neither (see :meth:`force_release`). See :class:`ExtendResult`.
         """
-        result = force_extend(self, name, seconds, owner=owner, fencing_token=fencing_token)
+        result = force_extend(
+            self,
+            name,
+            seconds,
+            owner=owner,
+            fencing_token=fencing_token,
+            unowned_only=unowned_only,
+        )
         if result.extended:
             logger.warning(
                 "redislock: lease of lock %r extended by %ss by an operator", name, seconds

@@ -246,7 +246,8 @@ return -1
 """
 )
 
-# ARGV: expected owner ('' = any), expected fence ('' = any), retention_ms.
+# ARGV: expected owner ('' = any), expected fence ('' = any), retention_ms,
+#       unowned_only ('1': only a key with neither owner nor fence, another tool's).
 # Returns 1 when deleted, 0 when there was no lock, -1 when it did not match.
 FORCE_RELEASE = (
     _GRANT
@@ -258,6 +259,7 @@ local ok, h = pcall(redis.call, 'HMGET', L, 'owner', 'fence')
 if not ok then h = {false, false} end
 if want_owner ~= '' and h[1] ~= want_owner then return -1 end
 if want_fence ~= '' and h[2] ~= want_fence then return -1 end
+if ARGV[4] == '1' and (h[1] or h[2]) then return -1 end
 redis.call('DEL', L)
 handoff(retention)
 return 1

@@ -379,3 +379,18 @@ def test_unparsable_fields_under_the_prefix_do_not_break_listing(
     info = manager.get("weird")
     assert info is not None and info.acquired_at is None and info.hold_count is None
     assert [i.name for i in manager.active()] == ["weird"]
+
+
+def test_unowned_only_leaves_a_lock_that_has_an_owner(
+    manager: LockManager, name: str, redis_client
+) -> None:
+    key = manager.backend().keyspace.keys(name).lock
+    redis_client.set(key, "another tool", px=60_000)
+    assert manager.force_extend(name, 5, unowned_only=True).extended
+    assert manager.force_release(name, unowned_only=True)
+    holder = manager.lock(name, owner="one-of-ours")
+    holder.acquire()
+    assert manager.force_extend(name, 5, unowned_only=True).status == "changed"
+    assert not manager.force_release(name, unowned_only=True)
+    assert holder.owned()
+    holder.release()
