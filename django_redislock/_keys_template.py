@@ -123,6 +123,7 @@ class KeySpec:
         skip_self: bool = False,
     ) -> None:
         self.key = key
+        self._without_self: KeySpec | None = None
         self.base = base or dotted_name(func)
         self.drop_first = drop_first
         try:
@@ -165,12 +166,18 @@ class KeySpec:
                 )
 
     def without_self(self) -> KeySpec:
-        """This spec for calls that leave out the first parameter (a bound task's ``self``)."""
-        spec = object.__new__(KeySpec)
-        spec.__dict__.update(self.__dict__)
-        if self.signature is not None:
-            spec.signature = _without_first(self.signature)
-        spec.drop_first = False
+        """This spec for calls that leave out the first parameter (a bound task's ``self``).
+
+        Built once per spec and then reused.
+        """
+        spec = self._without_self
+        if spec is None:
+            spec = object.__new__(KeySpec)
+            spec.__dict__.update(self.__dict__)
+            if self.signature is not None:
+                spec.signature = _without_first(self.signature)
+            spec.drop_first = False
+            self._without_self = spec
         return spec
 
     @property

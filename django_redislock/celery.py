@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +30,7 @@ from celery.signals import task_revoked
 from celery.utils import uuid
 
 from ._keys_template import KeySpec
-from .decorators import DEFAULT, TASK_MODES, GuardConfig, not_acquired
+from .decorators import DEFAULT, TASK_MODES, GuardConfig, lease_left, not_acquired
 from .exceptions import LockBackendError, LockError, LockNotAcquired, LockNotOwned
 from .lock import Lock
 
@@ -85,8 +84,7 @@ def _release(lock: Lock, *, every_hold: bool = True) -> bool | None:
     except LockBackendError:
         lock._forget(lock.owner)
         logger.error(
-            "redislock: could not release lock %r (owner %s); it frees when its lease "
-            "runs out",
+            "redislock: could not release lock %r (owner %s); it frees when its lease runs out",
             lock.name,
             lock.owner,
             exc_info=True,
@@ -231,9 +229,7 @@ def _task_locked(
     if on_locked in ("raise", "wait"):
         raise not_acquired(name, info)
     if on_locked == "retry":
-        countdown = 1
-        if info is not None and info.ttl is not None and not math.isinf(info.ttl):
-            countdown = max(1, math.ceil(info.ttl))
+        countdown = lease_left(info) or 1
         raise task.retry(countdown=countdown, exc=not_acquired(name, info))
     if callable(on_locked):
         return on_locked(info, *call_args, **kwargs)
@@ -251,16 +247,8 @@ def run_decorated_task(
     spec = config.spec
     call_args = args
     if args and args[0] is task:  # bind=True: self is no part of the key
-        spec, call_args = _bound_spec(config), args[1:]
+        spec, call_args = config.spec.without_self(), args[1:]
     return run_guarded(task, config, spec, call_args, kwargs, lambda: func(*args, **kwargs))
-
-
-def _bound_spec(config: GuardConfig) -> KeySpec:
-    spec = config.spec.__dict__.get("_bound")
-    if spec is None:
-        spec = config.spec.without_self()
-        config.spec.__dict__["_bound"] = spec
-    return spec
 
 
 class SingleInstanceTask(Task):  # type: ignore[misc]
@@ -462,7 +450,7 @@ def _config_of(task: Any) -> tuple[GuardConfig, KeySpec] | None:
         return None
     if isinstance(run, staticmethod):
         return config, config.spec
-    return config, _bound_spec(config)
+    return config, config.spec.without_self()
 
 
 task_revoked.connect(

@@ -215,12 +215,7 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
         owner = _call_owner(config, args, kwargs)
         if owner is None and request is not None:
             owner = secrets.token_hex(16)
-        lock = config.make_lock(
-            name,
-            owner,
-            meta={"kind": "view" if request is not None else "function"},
-            purpose=_purpose(config, request),
-        )
+        lock = _call_lock(config, name, owner, request)
         if not config.acquire(lock, wait=config.on_locked == "wait"):
             info = config.lock_manager().get(name)
             if request is not None:
@@ -256,12 +251,7 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
             name = config.spec.render(args, kwargs)
         # Thread identity means nothing across sync_to_async hops: one token per call.
         owner = _call_owner(config, args, kwargs) or secrets.token_hex(16)
-        lock = config.make_lock(
-            name,
-            owner,
-            meta={"kind": "view" if request is not None else "function"},
-            purpose=_purpose(config, request),
-        )
+        lock = _call_lock(config, name, owner, request)
         acquired = await sync_to_async(config.acquire, thread_sensitive=False)(
             lock, wait=config.on_locked == "wait"
         )
@@ -284,6 +274,18 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
         return result
 
     return wrapper
+
+
+def _call_lock(
+    config: GuardConfig, name: str, owner: str | None, request: HttpRequest | None
+) -> Lock:
+    """The lock guarding one call of a view (with *request*) or a plain function."""
+    return config.make_lock(
+        name,
+        owner,
+        meta={"kind": "view" if request is not None else "function"},
+        purpose=_purpose(config, request),
+    )
 
 
 def _purpose(config: GuardConfig, request: HttpRequest | None) -> str:
@@ -313,23 +315,28 @@ def _function_locked(
     on_locked = config.on_locked
     if on_locked is DEFAULT or on_locked in ("raise", "wait"):
         raise not_acquired(name, info)
+    if on_locked == "retry":
+        raise TypeError("on_locked='retry' only works on Celery tasks")
     logger.info(
         "redislock: call of %s skipped: lock %r held by %s", config.spec.base, name, _holder(info)
     )
     if on_locked == "skip":
         return None
-    if on_locked in ("retry",):
-        raise TypeError("on_locked='retry' only works on Celery tasks")
     if callable(on_locked):
         return on_locked(info, *args, **kwargs)
     return on_locked
 
 
-def retry_after(info: LockInfo | None, config: GuardConfig) -> int:
-    """Whole seconds until the holder's lease runs out (at least 1)."""
+def lease_left(info: LockInfo | None) -> int | None:
+    """Whole seconds (at least 1) until the holder's lease runs out; None if unknown."""
     if info is not None and info.ttl is not None and not math.isinf(info.ttl):
         return max(1, math.ceil(info.ttl))
-    return max(1, math.ceil(config.ttl or 1))
+    return None
+
+
+def retry_after(info: LockInfo | None, config: GuardConfig) -> int:
+    """The ``Retry-After`` seconds for a refused request: the holder's lease, else our ttl."""
+    return lease_left(info) or max(1, math.ceil(config.ttl or 1))
 
 
 def _view_locked(
