@@ -87,11 +87,3 @@ def resolve_client(cache_alias: str | None = None, url: str | None = None) -> re
     if url:
         return client_for_url(url)
     return client_for_cache(cache_alias or get_setting("REDISLOCK_CACHE"))
-
-
-def socket_timeout_of(client: Any) -> float | None:
-    """The read timeout (seconds) of *client*'s connections, if it has one."""
-    pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(pool, "connection_kwargs", {}) or {}
-    value = kwargs.get("socket_timeout")
-    return float(value) if value else None

@@ -29,11 +29,6 @@ _fork_hooks: list[Callable[[], None]] = []
 HOSTNAME = socket.gethostname()
 
 
-def new_token() -> str:
-    """A fresh random token (128 bits, hex)."""
-    return secrets.token_hex(16)
-
-
 _nonces = itertools.count(1)
 
 

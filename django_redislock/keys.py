@@ -83,10 +83,6 @@ class LockKeys:
     queue: str
     waiters: str
 
-    def as_list(self) -> list[str]:
-        """The keys in the order the Lua scripts expect them."""
-        return [self.lock, self.fence, self.queue, self.waiters]
-
     @cached_property
     def all(self) -> tuple[bytes, bytes, bytes, bytes]:
         """The keys in the order the Lua scripts expect them, UTF-8 encoded once."""

@@ -148,7 +148,7 @@ class LockManager:
             result = int(
                 force_release_script(
                     backend.client,
-                    keys.as_list(),
+                    keys.all,
                     [
                         owner or "",
                         "" if fencing_token is None else str(fencing_token),

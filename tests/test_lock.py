@@ -304,7 +304,7 @@ def test_all_keys_of_a_lock_share_one_cluster_slot(lock_name: str) -> None:
     from redis.crc import key_slot
 
     keys = locks.backend().keyspace.keys(lock_name)
-    slots = {key_slot(k.encode()) for k in keys.as_list()}
+    slots = {key_slot(k) for k in keys.all}
     assert len(slots) == 1, f"{lock_name!r} spreads over slots {slots}"
     assert locks.backend().keyspace.name_from_key(keys.lock) == lock_name
 
