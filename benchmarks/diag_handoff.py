@@ -7,10 +7,11 @@ engine is not modified). Every timestamp is CLOCK_MONOTONIC, shared by all
 processes, so a hand-off splits into:
 
 * ``release call -> message``: the releaser's request reaches Redis, the release
-  script runs, PUBLISH, the waiter's subscriber thread reads and parses the
-  message (includes that thread getting scheduled and taking the GIL);
-* ``message -> waiter awake``: ``Event.set()`` in the subscriber thread until the
-  blocked ``Waiter.wait()`` returns in the acquiring thread (thread wake-up + GIL);
+  script runs, PUBLISH, and the thread reading the process's wake-up
+  subscription (usually the waiter itself) reads and parses the message;
+* ``message -> waiter awake``: from the dispatch of that message until
+  ``WakeHub.wait()`` returns the fence in the acquiring thread (a thread
+  wake-up + GIL only when another thread was the reader);
 * ``awake -> acquire returns``: the rest of ``acquire()`` after the wake-up
   (unregister, watchdog registration, signals).
 
@@ -45,23 +46,21 @@ def instrument() -> None:
     from django_redislock import wakeup
 
     orig_dispatch = wakeup.WakeHub._dispatch
-    orig_wait = wakeup.Waiter.wait
-    orig_get_message = None
+    orig_wait = wakeup.WakeHub.wait
 
     def _dispatch(self: Any, data: Any) -> None:
         _T["msg"] = B.now_ns()
         orig_dispatch(self, data)
         _T["set_done"] = B.now_ns()
 
-    def wait(self: Any, timeout: float) -> bool:
-        ok = orig_wait(self, timeout)
-        if ok:
+    def wait(self: Any, waiter: Any, timeout: float) -> int | None:
+        fence = orig_wait(self, waiter, timeout)
+        if fence is not None:
             _T["awake"] = B.now_ns()
-        return ok
+        return fence
 
     wakeup.WakeHub._dispatch = _dispatch  # type: ignore[method-assign]
-    wakeup.Waiter.wait = wait  # type: ignore[method-assign]
-    del orig_get_message
+    wakeup.WakeHub.wait = wait  # type: ignore[method-assign]
 
 
 def worker(conn: Any) -> None:
