@@ -362,6 +362,26 @@ def change_view(model_admin: HeldLockAdmin, request: HttpRequest, object_id: str
     )
 
 
+def _action_targets(
+    model_admin: HeldLockAdmin,
+    request: HttpRequest,
+    has_permission: Callable[[HttpRequest], bool],
+) -> list[Target] | HttpResponse:
+    """The checks every action starts with: a POST, by staff allowed to view and to
+    take this action, naming at least one lock. Returns the targets, or the response
+    to send instead (405, or back to the list when nothing was selected)."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    _require_view(model_admin, request)
+    if not has_permission(request):
+        raise PermissionDenied
+    targets = _targets(request)
+    if not targets:
+        messages.warning(request, "No locks were selected.")
+        return _back(model_admin, request)
+    return targets
+
+
 def _targets(request: HttpRequest) -> list[Target]:
     targets = []
     seen: set[str] = set()
@@ -448,15 +468,9 @@ def _confirm_page(
 
 def release_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpResponse:
     """Force-release the selected locks, after a confirmation page, comparing tokens."""
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
-    _require_view(model_admin, request)
-    if not model_admin.has_release_permission(request):
-        raise PermissionDenied
-    targets = _targets(request)
-    if not targets:
-        messages.warning(request, "No locks were selected.")
-        return _back(model_admin, request)
+    targets = _action_targets(model_admin, request, model_admin.has_release_permission)
+    if isinstance(targets, HttpResponse):
+        return targets
     if request.POST.get("confirm") != "yes":
         return _confirm_page(model_admin, request, "release", targets, "")
     manager = model_admin.lock_manager
@@ -505,15 +519,9 @@ def release_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespon
 
 def extend_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpResponse:
     """Add time to the leases of the selected locks, after a confirmation page."""
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
-    _require_view(model_admin, request)
-    if not model_admin.has_extend_permission(request):
-        raise PermissionDenied
-    targets = _targets(request)
-    if not targets:
-        messages.warning(request, "No locks were selected.")
-        return _back(model_admin, request)
+    targets = _action_targets(model_admin, request, model_admin.has_extend_permission)
+    if isinstance(targets, HttpResponse):
+        return targets
     raw = request.POST.get("seconds", "60")
     if request.POST.get("confirm") != "yes":
         return _confirm_page(model_admin, request, "extend", targets, raw)
