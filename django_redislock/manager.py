@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -22,10 +23,24 @@ from .connection import resolve_client
 from .info import LockInfo
 from .keys import KeySpace, to_millis, validate_name, validate_seconds
 from .lock import Lock
-from .operator_scripts import ExtendResult, force_extend
-from .scripts import backend_error, force_release_script
+from .scripts import backend_error, force_extend_script, force_release_script
 
 logger = logging.getLogger("django_redislock")
+
+
+@dataclass(frozen=True)
+class ExtendResult:
+    """The outcome of :meth:`LockManager.force_extend`."""
+
+    #: One of "extended", "gone", "changed" (owner/token differ), "no-expiry".
+    status: str
+    #: The new remaining lease in seconds when extended, else None.
+    ttl: float | None = None
+
+    @property
+    def extended(self) -> bool:
+        """True if the lease was lengthened."""
+        return self.status == "extended"
 
 
 class LockManager:
@@ -183,16 +198,29 @@ class LockManager:
 
         With *owner* and/or *fencing_token* the lease is extended only if the
         lock still has that owner / token; with *unowned_only*, only if it has
-        neither (see :meth:`force_release`). See :class:`ExtendResult`.
+        neither (see :meth:`force_release`). The lock's recorded lease (what its
+        holder's watchdog renews to) is unchanged: the extra time runs down, then
+        normal renewal resumes. See :class:`ExtendResult`.
         """
-        result = force_extend(
-            self,
-            name,
-            seconds,
-            owner=owner,
-            fencing_token=fencing_token,
-            unowned_only=unowned_only,
-        )
+        validate_name(name)
+        ms = to_millis(validate_seconds(seconds, "seconds"), "seconds")
+        backend = self.backend()
+        args = [
+            owner or "",
+            "" if fencing_token is None else str(fencing_token),
+            ms,
+            "1" if unowned_only else "",
+        ]
+        try:
+            reply = int(
+                force_extend_script(backend.client, [backend.keyspace.keys(name).lock], args)
+            )
+        except RedisError as exc:
+            raise backend_error(exc, "extend the lock", name) from exc
+        if reply > 0:
+            result = ExtendResult("extended", reply / 1000.0)
+        else:
+            result = ExtendResult({0: "gone", -1: "changed", -2: "no-expiry"}[reply])
         if result.extended:
             logger.warning(
                 "redislock: lease of lock %r extended by %ss by an operator", name, seconds

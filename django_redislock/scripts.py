@@ -267,6 +267,25 @@ return 1
 )
 
 
+# KEYS[1]: the lock hash.  ARGV: expected owner ('' = any), expected fence ('' = any), ms,
+# unowned_only ('1': only a key with neither owner nor fence).
+# Returns the new remaining lease in ms; 0 when there is no lock; -1 when owner or
+# fence did not match; -2 when the lock has no expiry (nothing to extend).
+FORCE_EXTEND = r"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'owner', 'fence')
+if not ok then h = {false, false} end
+if ARGV[1] ~= '' and h[1] ~= ARGV[1] then return -1 end
+if ARGV[2] ~= '' and h[2] ~= ARGV[2] then return -1 end
+if ARGV[4] == '1' and (h[1] or h[2]) then return -1 end
+local p = redis.call('PTTL', KEYS[1])
+if p < 0 then return -2 end
+local new = p + tonumber(ARGV[3])
+redis.call('PEXPIRE', KEYS[1], new)
+return new
+"""
+
+
 def decode_attempt(reply: Any) -> tuple[bool, int, int]:
     """Decode an ACQUIRE/CANCEL reply into (held, fence or pttl_ms, hold count).
 
@@ -307,6 +326,7 @@ extend_script = Script(EXTEND)
 renew_script = Script(RENEW)
 cancel_script = Script(CANCEL)
 force_release_script = Script(FORCE_RELEASE)
+force_extend_script = Script(FORCE_EXTEND)
 
 
 def backend_error(exc: BaseException, action: str, name: str | None) -> LockBackendError:

@@ -30,7 +30,6 @@ from django_redislock import LockManager, locks
 from django_redislock.admin import HeldLockAdmin
 from django_redislock.keys import KeySpace
 from django_redislock.models import HeldLock
-from django_redislock.operator_scripts import force_extend
 
 pytestmark = pytest.mark.django_db
 
@@ -225,15 +224,32 @@ def test_list_shows_owner_metadata(su: Client, held: Any) -> None:
     assert info.name == "report:42" and info.owner == "owner-1"
     assert info.fencing_token == lk.fencing_token and info.hold_count == 1
     assert info.host and info.pid and info.thread
-    for text in ("report:42", "nightly report", "account=7", str(lk.fencing_token),
-                 f"pid {info.pid}", f"host {info.host}", " ago", 'data-lease="'):
+    for text in (
+        "report:42",
+        "nightly report",
+        "account=7",
+        str(lk.fencing_token),
+        f"pid {info.pid}",
+        f"host {info.host}",
+        " ago",
+        'data-lease="',
+    ):
         assert text in html, text
     assert "1 lock" in html
 
 
 def test_celery_task_owner_is_described(su: Client, redis_client: redis.Redis) -> None:
-    put_lock(redis_client, "sync:1", meta={"host": "w1", "pid": 9, "task_id": "abc-123",
-                                          "task_name": "app.tasks.sync", "kind": "lock"})
+    put_lock(
+        redis_client,
+        "sync:1",
+        meta={
+            "host": "w1",
+            "pid": 9,
+            "task_id": "abc-123",
+            "task_name": "app.tasks.sync",
+            "kind": "lock",
+        },
+    )
     html = su.get(LIST).content.decode()
     assert "task app.tasks.sync [abc-123]" in html
 
@@ -241,8 +257,10 @@ def test_celery_task_owner_is_described(su: Client, redis_client: redis.Redis) -
 def test_foreign_keys_under_the_prefix_never_crash(su: Client, redis_client: redis.Redis) -> None:
     redis_client.hset("redislock:{bare}", "foo", "bar")
     redis_client.set("redislock:{stringkey}", "token")
-    redis_client.hset("redislock:{weird}", mapping={"since": "99999999999999999999",
-                                                    "count": "x", "meta": "{not json"})
+    redis_client.hset(
+        "redislock:{weird}",
+        mapping={"since": "99999999999999999999", "count": "x", "meta": "{not json"},
+    )
     redis_client.hset("redislock:{metalist}", mapping={"meta": "[1, 2]", "fence": "5"})
     response = su.get(LIST)
     assert response.status_code == 200
@@ -431,14 +449,31 @@ def test_names_are_escaped_everywhere(su: Client, held: Any) -> None:
 
 def test_holder_metadata_is_escaped_everywhere(su: Client, redis_client: redis.Redis) -> None:
     evil = "<script>x()</script>"
-    put_lock(redis_client, "meta:1", owner=f"own{evil}", meta={
-        "host": f"h{evil}", "pid": 1, "thread": f"t{evil}", "purpose": f"p{evil}",
-        "task_id": f"id{evil}", "task_name": f"n{evil}", "kind": f"k{evil}",
-        "extra": {f"e{evil}": f"v{evil}"}, "other": f"o{evil}"})
+    put_lock(
+        redis_client,
+        "meta:1",
+        owner=f"own{evil}",
+        meta={
+            "host": f"h{evil}",
+            "pid": 1,
+            "thread": f"t{evil}",
+            "purpose": f"p{evil}",
+            "task_id": f"id{evil}",
+            "task_name": f"n{evil}",
+            "kind": f"k{evil}",
+            "extra": {f"e{evil}": f"v{evil}"},
+            "other": f"o{evil}",
+        },
+    )
     listing = su.get(LIST)
     (row,) = listing.context["rows"]
-    pages = [listing, su.get(row.detail_url), su.post(RELEASE, {"target": row.target}),
-             su.get(LIST, {"host": f"h{evil}"}), su.get(LIST, {"kind": f"k{evil}"})]
+    pages = [
+        listing,
+        su.get(row.detail_url),
+        su.post(RELEASE, {"target": row.target}),
+        su.get(LIST, {"host": f"h{evil}"}),
+        su.get(LIST, {"kind": f"k{evil}"}),
+    ]
     for page in pages:
         assert page.status_code == 200
         html = page.content.decode()
@@ -581,8 +616,13 @@ def test_extend_leaves_a_lock_that_changed_owner(su: Client, held: Any) -> None:
 
 def test_malformed_targets_are_ignored(su: Client, held: Any) -> None:
     lk = held("safe:1")
-    bad_values = ("not json", "{}", '{"n": "", "o": null, "f": null}',
-                  '{"n": "safe:1", "o": 5, "f": null}', '{"n": "safe:1", "o": null, "f": true}')
+    bad_values = (
+        "not json",
+        "{}",
+        '{"n": "", "o": null, "f": null}',
+        '{"n": "safe:1", "o": 5, "f": null}',
+        '{"n": "safe:1", "o": null, "f": true}',
+    )
     for bad in bad_values:
         response = su.post(RELEASE, {"target": bad, "confirm": "yes"})
         assert response.status_code == 302
@@ -604,8 +644,10 @@ def test_custom_admin_site_and_key_prefix(su: Client, held: Any, redis_client: r
     assert 'href="/ops/django_redislock/heldlock/ops_3A1/change/"' in html
     assert 'action="/ops/django_redislock/heldlock/release/"' in html
     assert su.get(response.context["rows"][0].detail_url).status_code == 200
-    done = su.post("/ops/django_redislock/heldlock/release/",
-                   {"target": target_of(response, "ops:1"), "confirm": "yes"})
+    done = su.post(
+        "/ops/django_redislock/heldlock/release/",
+        {"target": target_of(response, "ops:1"), "confirm": "yes"},
+    )
     assert done["Location"] == "/ops/django_redislock/heldlock/"
     assert not lk.locked()
 
@@ -621,19 +663,19 @@ def test_list_on_django_redis(su: Client, held: Any) -> None:
 
 def test_force_extend(manager: LockManager, name: str) -> None:
     lk = manager.lock(name, ttl=10, auto_renew=False, owner="o")
-    assert force_extend(manager, name, 5).status == "gone"
+    assert manager.force_extend(name, 5).status == "gone"
     lk.acquire()
-    assert force_extend(manager, name, 5, owner="other").status == "changed"
-    assert force_extend(manager, name, 5, fencing_token=lk.fencing_token + 1).status == "changed"
-    result = force_extend(manager, name, 20, owner="o", fencing_token=lk.fencing_token)
+    assert manager.force_extend(name, 5, owner="other").status == "changed"
+    assert manager.force_extend(name, 5, fencing_token=lk.fencing_token + 1).status == "changed"
+    result = manager.force_extend(name, 20, owner="o", fencing_token=lk.fencing_token)
     assert result.extended and 25 < result.ttl <= 30 and 25 < lk.ttl() <= 30
     lk.release()
     forever = manager.lock(name, ttl=None, no_expiry=True, owner="o")
     forever.acquire()
-    assert force_extend(manager, name, 5).status == "no-expiry"
+    assert manager.force_extend(name, 5).status == "no-expiry"
     forever.release()
     with pytest.raises(ValueError):
-        force_extend(manager, name, 0)
+        manager.force_extend(name, 0)
 
 
 # --- Redis unreachable -----------------------------------------------------------------------
