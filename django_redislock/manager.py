@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +110,45 @@ class LockManager:
         except RedisError as exc:
             raise backend_error(exc, "read the lock", name) from exc
         return infos[0] if infos else None
+
+    def get_many(self, names: Sequence[str]) -> list[LockInfo]:
+        """Snapshots of the locks called *names* that are held, in one round trip.
+
+        Names nobody holds are left out; the order of *names* is kept.
+        """
+        backend = self.backend()
+        keyspace = backend.keyspace
+        keys = [keyspace.keys(validate_name(n)).lock for n in names]
+        try:
+            return load_infos(backend.client, keyspace, keys)
+        except RedisError as exc:
+            raise backend_error(exc, "read the locks", None) from exc
+
+    def scan_page(
+        self, cursor: str = "0", *, pattern: str | None = None, count: int = 1000
+    ) -> tuple[str, list[LockInfo]]:
+        """One SCAN step over the held locks: ``(next cursor, snapshots)``.
+
+        *cursor* is opaque: start with ``"0"``; the returned cursor is ``"0"``
+        when the walk is complete. *pattern* is a SCAN MATCH pattern over lock
+        keys (default: every lock under the prefix; see
+        :meth:`KeySpace.match_pattern`). A step may return no locks while the
+        walk is not complete.
+        """
+        backend = self.backend()
+        keyspace = backend.keyspace
+        if pattern is None:
+            pattern = keyspace.match_pattern("")
+        try:
+            start = int(cursor)
+        except ValueError:
+            start = 0  # a cursor from another topology or a stale URL: start over
+        try:
+            next_cursor, keys = backend.client.scan(start, match=pattern, count=count)
+            infos = load_infos(backend.client, keyspace, list(keys)) if keys else []
+        except RedisError as exc:
+            raise backend_error(exc, "list the locks", None) from exc
+        return str(int(next_cursor)), infos
 
     def active(self, prefix: str = "", *, batch_size: int = 500) -> Iterator[LockInfo]:
         """Iterate over the held locks whose name starts with *prefix*.
