@@ -48,9 +48,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -206,7 +207,7 @@ class OursRawScripts:
         self.acq_args, self.rel_args = self._recorded[name]
 
     def acquire(self, blocking: bool = True) -> bool:
-        from django_redislock.scripts import decode_attempt
+        from django_redislock.engine.calls import decode_attempt
 
         return decode_attempt(self.client.evalsha(*self.acq_args))[0]
 

@@ -25,7 +25,6 @@ machine's oversubscription from the mechanism itself.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import threading

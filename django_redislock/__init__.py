@@ -13,8 +13,8 @@ Everything not listed in ``__all__`` is private or documented as advanced.
 from typing import Any
 
 from .decorators import single_instance
+from .engine.info import LockInfo
 from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from .info import LockInfo
 from .lock import Lock
 from .manager import LockManager, locks
 

@@ -14,12 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from .info import LockInfo
-from .keys import KeySpace, glob_escape
-from .manager import LockManager, load_infos
-from .scripts import backend_error
+from .engine.info import LockInfo
+from .engine.keys import KeySpace, glob_escape
+from .manager import LockManager
 
 #: Accepted values of the ``o`` (ordering) query parameter.
 ORDERINGS = ("name", "-name", "age", "-age", "ttl", "-ttl")
@@ -35,7 +32,8 @@ class ListQuery:
     host: str = ""
     kind: str = ""
     order: str = "name"
-    cursor: int = 0
+    #: Where the walk continues: an opaque cursor ("0" starts over).
+    cursor: str = "0"
 
     def matches(self, info: LockInfo) -> bool:
         """True if *info* passes the search and the filters."""
@@ -59,8 +57,8 @@ class Window:
     rows: list[LockInfo]
     #: Keys loaded and tested (matched by the SCAN pattern).
     examined: int
-    #: The cursor to continue from; 0 when the scan went through the whole keyspace.
-    next_cursor: int
+    #: The cursor to continue from; "0" when the scan went through the whole keyspace.
+    next_cursor: str
     #: Owner hosts and kinds seen among the examined locks (for the filter lists).
     hosts: set[str] = field(default_factory=set)
     kinds: set[str] = field(default_factory=set)
@@ -68,7 +66,7 @@ class Window:
     @property
     def complete(self) -> bool:
         """True if no matching lock was left unexamined."""
-        return self.next_cursor == 0
+        return self.next_cursor == "0"
 
 
 def scan_pattern(keyspace: KeySpace, query: ListQuery) -> str:
@@ -112,31 +110,23 @@ def scan_window(
     Bounded work: at most *budget* keys loaded and *max_calls* SCAN calls.
     Whole SCAN batches are processed so the returned cursor loses nothing.
     """
-    backend = manager.backend()
-    client, keyspace = backend.client, backend.keyspace
-    pattern = scan_pattern(keyspace, query)
+    pattern = scan_pattern(manager.backend().keyspace, query)
     rows: list[LockInfo] = []
     hosts: set[str] = set()
     kinds: set[str] = set()
     cursor, examined, calls = query.cursor, 0, 0
-    try:
-        while True:
-            cursor, keys = client.scan(cursor, match=pattern, count=batch)
-            cursor = int(cursor)
-            calls += 1
-            if keys:
-                infos = load_infos(client, keyspace, list(keys))
-                examined += len(infos)
-                for info in infos:
-                    if info.host:
-                        hosts.add(info.host)
-                    kinds.add(info.kind)
-                    if query.matches(info):
-                        rows.append(info)
-            if cursor == 0 or len(rows) >= window or examined >= budget or calls >= max_calls:
-                break
-    except RedisError as exc:
-        raise backend_error(exc, "list the locks", None) from exc
+    while True:
+        cursor, infos = manager.scan_page(cursor, pattern=pattern, count=batch)
+        calls += 1
+        examined += len(infos)
+        for info in infos:
+            if info.host:
+                hosts.add(info.host)
+            kinds.add(info.kind)
+            if query.matches(info):
+                rows.append(info)
+        if cursor == "0" or len(rows) >= window or examined >= budget or calls >= max_calls:
+            break
     return Window(
         rows=sort_rows(rows, query.order),
         examined=examined,

@@ -25,15 +25,12 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
-from redis.exceptions import RedisError
 
 from .admin_listing import ORDERINGS, ListQuery, scan_window
+from .engine.info import LockInfo
+from .engine.validate import validate_name
 from .exceptions import LockBackendError
-from .info import LockInfo
-from .keys import validate_name
-from .manager import load_infos
 from .models import HeldLock
-from .scripts import backend_error
 
 if TYPE_CHECKING:
     from .admin import HeldLockAdmin
@@ -131,12 +128,8 @@ def _query_from(request: HttpRequest) -> tuple[ListQuery, int, int]:
     """The list query, page number and refresh period from the query string."""
     get = request.GET
     order = get.get("o", "name")
-    try:
-        cursor = int(get.get("cursor", "0"))
-    except ValueError:
-        cursor = 0
-    if not 0 <= cursor < 2**64:  # SCAN cursors are unsigned 64-bit: start over
-        cursor = 0
+    # Opaque to the admin; the backend starts over on a cursor it cannot read.
+    cursor = get.get("cursor", "0")[:200] or "0"
     try:
         page = max(1, int(get.get("p", "1")))
     except ValueError:
@@ -163,7 +156,7 @@ def _params(query: ListQuery, page: int, refresh: int) -> dict[str, Any]:
         "host": query.host,
         "kind": query.kind,
         "o": "" if query.order == "name" else query.order,
-        "cursor": query.cursor or "",
+        "cursor": "" if query.cursor == "0" else query.cursor,
         "p": "" if page == 1 else page,
         "refresh": refresh or "",
     }
@@ -300,7 +293,7 @@ def changelist_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRes
         "next_window_url": (
             _qs(params, cursor=window.next_cursor, p="") if window and not window.complete else None
         ),
-        "first_window_url": _qs(params, cursor="", p="") if query.cursor else None,
+        "first_window_url": _qs(params, cursor="", p="") if query.cursor != "0" else None,
         "list_qs": _qs(params)[1:],
     }
     return TemplateResponse(request, "django_redislock/admin/lock_list.html", context)
@@ -394,13 +387,7 @@ def _targets(request: HttpRequest) -> list[Target]:
 
 
 def _current(model_admin: HeldLockAdmin, names: list[str]) -> dict[str, LockInfo]:
-    backend = model_admin.lock_manager.backend()
-    keyspace = backend.keyspace
-    try:
-        infos = load_infos(backend.client, keyspace, [keyspace.keys(n).lock for n in names])
-    except RedisError as exc:
-        raise backend_error(exc, "read the locks", None) from exc
-    return {info.name: info for info in infos}
+    return {info.name: info for info in model_admin.lock_manager.get_many(names)}
 
 
 def _back(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpResponseRedirect:

@@ -13,11 +13,13 @@ from typing import Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from redis.exceptions import RedisError
 
 from .conf import get_setting
 from .connection import resolve_client
-from .keys import KeySpace, validate_seconds
+from .engine.keys import KeySpace
+from .engine.validate import validate_seconds
+from .exceptions import LockBackendError
+from .handler import default_source
 
 
 @checks.register("django_redislock")
@@ -51,12 +53,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Warn when Redis is unreachable or configured to evict keys."""
     try:
-        client = resolve_client()
-    except ImproperlyConfigured:
+        backend = default_source.backend()
+    except (ImproperlyConfigured, ValueError, TypeError):
         return []  # reported by check_settings
     try:
-        memory = client.config_get("maxmemory*")
-    except RedisError as exc:
+        values = backend.server_config("maxmemory*")
+    except LockBackendError as exc:
         if "unknown command" in str(exc).lower() or "no permission" in str(exc).lower():
             return []  # CONFIG is disabled (managed Redis): nothing to inspect
         return [
@@ -66,7 +68,6 @@ def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
                 id="django_redislock.W001",
             )
         ]
-    values = {_text(k): _text(v) for k, v in memory.items()}
     policy = values.get("maxmemory-policy", "noeviction")
     if int(values.get("maxmemory") or 0) > 0 and policy != "noeviction":
         return [
@@ -79,7 +80,3 @@ def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             )
         ]
     return []
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -33,10 +33,6 @@ DEFAULTS: dict[str, Any] = {
     "REDISLOCK_REDLOCK_CACHES": [],
 }
 
-#: Longest lock name accepted, in characters.
-MAX_NAME_LENGTH = 1024
-
-
 _cache: dict[str, Any] = {}
 
 

@@ -87,3 +87,98 @@ def resolve_client(cache_alias: str | None = None, url: str | None = None) -> re
     if url:
         return client_for_url(url)
     return client_for_cache(cache_alias or get_setting("REDISLOCK_CACHE"))
+
+
+# Connection settings carried over between a sync client and its asyncio twin
+# (the rest -- pools, parsers, retry objects, event hooks -- are per flavour).
+_TWIN_KWARGS = {
+    "host",
+    "port",
+    "path",
+    "db",
+    "username",
+    "password",
+    "credential_provider",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "socket_keepalive",
+    "socket_keepalive_options",
+    "retry_on_timeout",
+    "encoding",
+    "encoding_errors",
+    "decode_responses",
+    "health_check_interval",
+    "client_name",
+    "protocol",
+}
+
+
+def _twin_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if k in _TWIN_KWARGS or k.startswith("ssl_")}
+
+
+def is_async_client(client: Any) -> bool:
+    """Whether *client* is a ``redis.asyncio`` client."""
+    import redis.asyncio
+
+    return isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster))
+
+
+def async_twin(client: redis.Redis) -> Any:
+    """A new ``redis.asyncio`` client to the same server, with the same connection settings.
+
+    Built from the sync client's pool, so a Django cache alias, a URL or a
+    Sentinel set-up yields an asyncio client for the current event loop.
+    """
+    import redis.asyncio
+    import redis.asyncio.connection as aconn
+    import redis.asyncio.sentinel
+    import redis.sentinel
+
+    pool = client.connection_pool
+    kwargs = _twin_kwargs(dict(pool.connection_kwargs))
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        manager = pool.sentinel_manager
+        sentinels = [
+            (
+                s.connection_pool.connection_kwargs["host"],
+                s.connection_pool.connection_kwargs["port"],
+            )
+            for s in manager.sentinels
+        ]
+        sentinel_kwargs = _twin_kwargs(dict(manager.sentinels[0].connection_pool.connection_kwargs))
+        for key in ("host", "port", "path"):
+            sentinel_kwargs.pop(key, None)
+            kwargs.pop(key, None)
+        asentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            sentinels, sentinel_kwargs=sentinel_kwargs
+        )
+        return asentinel.master_for(pool.service_name, **kwargs)
+    cls_name = pool.connection_class.__name__
+    connection_class: Any = {
+        "SSLConnection": aconn.SSLConnection,
+        "UnixDomainSocketConnection": aconn.UnixDomainSocketConnection,
+    }.get(cls_name, aconn.Connection)
+    if connection_class is not aconn.UnixDomainSocketConnection:
+        kwargs.pop("path", None)
+    return redis.asyncio.Redis(
+        connection_pool=redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
+    )
+
+
+def sync_twin(client: Any) -> redis.Redis:
+    """A blocking client to the same server as the ``redis.asyncio`` *client* (for renewals)."""
+    import redis.connection as sconn
+
+    pool = client.connection_pool
+    kwargs = _twin_kwargs(dict(pool.connection_kwargs))
+    cls_name = pool.connection_class.__name__
+    connection_class: Any = {
+        "SSLConnection": sconn.SSLConnection,
+        "UnixDomainSocketConnection": sconn.UnixDomainSocketConnection,
+    }.get(cls_name, sconn.Connection)
+    if connection_class is not sconn.UnixDomainSocketConnection:
+        kwargs.pop("path", None)
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(connection_class=connection_class, **kwargs)
+    )

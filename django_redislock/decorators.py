@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.http import HttpRequest, HttpResponse
 
 from ._keys_template import ARGS, KeySpec
+from .engine.info import LockInfo
 from .exceptions import LockNotAcquired
-from .info import LockInfo
 
 if TYPE_CHECKING:
     from .lock import Lock

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 
 class LockError(Exception):
-    """Base class of every lock error. ``name`` is the lock's name when known."""
+    """Base class of every lock error. ``name`` is the lock's name when known.
+
+    ``lock_name`` is the same value under redis-py's spelling, so handlers
+    written for ``redis.exceptions.LockError`` keep working.
+    """
 
     def __init__(self, message: str, *, name: str | None = None) -> None:
         super().__init__(message)
         self.name = name
+        self.lock_name = name
 
 
 class LockNotAcquired(LockError):
@@ -40,4 +45,12 @@ class LockBackendError(LockError):
     """Redis could not be reached, timed out, or answered with an error.
 
     The original exception is chained as ``__cause__``.
+    """
+
+
+class BlockingCallInEventLoop(LockError, RuntimeError):
+    """A blocking lock call was made inside a running asyncio event loop.
+
+    A blocking wait there would freeze every task of the loop; use the ``a``
+    methods (``await lock.aacquire()``) or ``async with lock:`` instead.
     """

@@ -1,71 +1,77 @@
-"""The synchronous :class:`Lock`.
+"""The :class:`Lock`: one object for blocking code and for asyncio.
 
 A lock is identified by its name; who holds it is an *owner token* (by default
-the current thread's, see :mod:`django_redislock.identity`). One ``Lock`` object
-may be shared by several threads: each thread is its own owner. Holding is
-re-entrant per owner: a second acquire by the same owner increments a hold
-count, and the lock is freed by the matching last release.
+the current thread's, or the current asyncio task's, see
+:mod:`django_redislock.engine.identity`). One ``Lock`` object may be shared by
+several threads and tasks: each is its own owner. Holding is re-entrant per
+owner: a second acquire by the same owner increments a hold count, and the lock
+is freed by the matching last release.
+
+Every operation is a flow of :mod:`django_redislock.engine.flows`, run by the
+blocking driver (``acquire()``, ``release()``, ...) or the asyncio driver
+(``aacquire()``, ``arelease()``, ..., Django's ``a`` prefix). What this class
+adds is the Django side: settings defaults, metadata, signals and the
+``with`` / ``async with`` semantics.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import os
-import random
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
-
-from redis.exceptions import RedisError
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import signals
 from .conf import get_setting
-from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
-from .identity import HOSTNAME, current_owner, new_nonce
-from .keys import LockKeys, to_millis, validate_name, validate_seconds
-from .renewal import WatchEntry, watchdog
-from .scripts import (
-    AMBIGUOUS_ERRORS,
-    Script,
-    acquire_script,
-    backend_error,
-    cancel_script,
-    decode_attempt,
-    extend_script,
-    release_script,
+from .engine import flows
+from .engine.calls import Attempt, Call
+from .engine.driver import run_async, run_sync
+from .engine.holds import Hold, HoldTable
+from .engine.identity import HOSTNAME, current_owner, new_nonce
+from .engine.keys import LockKeys
+from .engine.scripts import acquire_script, cancel_script, extend_script, release_script
+from .engine.validate import (
+    json_dict,
+    to_millis,
+    validate_name,
+    validate_owner,
+    validate_seconds,
+    validate_wait,
 )
+from .engine.watchdog import watchdog
+from .exceptions import (
+    BlockingCallInEventLoop,
+    LockBackendError,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+)
+from .handler import BackendSource, default_source
 
 if TYPE_CHECKING:
-    from .backend import Backend
-    from .manager import LockManager
+    from .engine.backends.base import AsyncBackend, Backend
+    from .engine.info import LockInfo
 
 logger = logging.getLogger("django_redislock")
 
 _UNSET: Any = object()
-#: Metadata JSON of locks without purpose/extra/meta, per (pid, thread name).
-_plain_meta: dict[tuple[int, str], tuple[tuple[int, str], bytes]] = {}
-MAX_OWNER_LENGTH = 256
-#: Upper bound of one client-side wait between fallback polls (seconds).
-POLL_SLICE = 1.0
+#: Metadata JSON of locks without purpose/extra/meta, per (pid, thread, task).
+_plain_meta: dict[tuple[int, str, str], bytes] = {}
+#: Tasks finishing what a cancelled ``aacquire``/``arelease`` left in flight.
+_background: set[asyncio.Task[Any]] = set()
 
 
-def _decode(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
+class HasSource(Protocol):
+    """What a Lock needs from its manager: where its backends come from."""
 
-
-@dataclass
-class _Hold:
-    """What this Lock object knows about one owner's hold."""
-
-    fence: int
-    count: int
-    watch: WatchEntry | None = None
-    lost_reason: str | None = None
+    source: BackendSource
 
 
 class Lock:
@@ -77,7 +83,7 @@ class Lock:
     :param ttl: the lease in seconds (default ``REDISLOCK_DEFAULT_TTL``).
         ``None`` makes a lock without expiry and requires ``no_expiry=True``.
     :param timeout: how long ``acquire()`` / ``with`` wait by default (seconds;
-        ``None`` = until acquired).
+        ``None`` = until acquired, ``0`` = one attempt).
     :param blocking: whether ``acquire()`` / ``with`` wait at all by default.
     :param auto_renew: renew the lease in the background while held (default
         ``REDISLOCK_AUTO_RENEW``).
@@ -96,12 +102,12 @@ class Lock:
         self,
         name: str,
         *,
-        manager: LockManager | None = None,
+        manager: HasSource | None = None,
         ttl: float | None = _UNSET,
         timeout: float | None = None,
         blocking: bool = True,
         auto_renew: bool | None = None,
-        owner: str | None = None,
+        owner: str | bytes | None = None,
         purpose: str | None = None,
         extra: dict[str, Any] | None = None,
         raise_on_lost: bool | None = None,
@@ -109,11 +115,8 @@ class Lock:
         meta: dict[str, Any] | None = None,
     ) -> None:
         self.name = validate_name(name)
-        if manager is None:
-            from .manager import locks
-
-            manager = locks
-        self.manager: LockManager = manager
+        self.manager = manager
+        self._source = default_source if manager is None else manager.source
         if ttl is _UNSET:
             ttl = validate_seconds(get_setting("REDISLOCK_DEFAULT_TTL"), "REDISLOCK_DEFAULT_TTL")
         if ttl is None:
@@ -128,24 +131,23 @@ class Lock:
                 raise ValueError("no_expiry=True needs ttl=None")
             self.ttl_ms = to_millis(validate_seconds(ttl, "ttl"), "ttl")
         self._ttl_arg = str(self.ttl_ms).encode()
-        self.timeout = None if timeout is None else validate_seconds(timeout, "timeout")
+        self.timeout = validate_wait(timeout, "timeout")
         self.blocking = bool(blocking)
         if auto_renew is None:
             auto_renew = bool(get_setting("REDISLOCK_AUTO_RENEW"))
         self.auto_renew = bool(auto_renew) and self.ttl_ms > 0
-        self._owner = None if owner is None else _validate_owner(owner)
+        self._owner = None if owner is None else validate_owner(owner)
         if purpose is not None and not isinstance(purpose, str):
             raise TypeError(f"purpose must be a str, not {type(purpose).__name__}")
         self.purpose = purpose
-        self.extra = _json_dict(extra, "extra")
-        self.meta = _json_dict(meta, "meta")
+        self.extra = json_dict(extra, "extra")
+        self.meta = json_dict(meta, "meta")
         if raise_on_lost is None:
             raise_on_lost = bool(get_setting("REDISLOCK_RAISE_ON_LOST"))
         self.raise_on_lost = raise_on_lost
-        self._holds: dict[str, _Hold] = {}
-        self._pending_release: dict[tuple[str, bool], str] = {}
+        self._holds = HoldTable()
         self._keys_cache: tuple[Any, LockKeys] | None = None
-        self._meta_cache: tuple[tuple[int, str], bytes] | None = None
+        self._meta_cache: tuple[tuple[int, str, str], bytes] | None = None
 
     # -- identity and plumbing -------------------------------------------------
 
@@ -159,27 +161,35 @@ class Lock:
         """The owner token acquiring/releasing on behalf of the caller right now."""
         return self._owner or current_owner()
 
-    def _backend(self) -> tuple[Backend, LockKeys]:
-        backend = self.manager.backend()
+    def _keys(self, backend: Backend | AsyncBackend) -> LockKeys:
         cached = self._keys_cache
         if cached is None or cached[0] is not backend.keyspace:
             cached = self._keys_cache = (backend.keyspace, backend.keyspace.keys(self.name))
-        return backend, cached[1]
+        return cached[1]
 
     @property
     def key(self) -> str:
         """The Redis key of the lock's hash."""
-        return self._backend()[1].lock
+        return self._keys(self._source.backend()).lock
 
     def _meta(self) -> bytes:
-        # Sent on every acquire, so serialised once per (process, thread name):
+        # Sent on every acquire, so serialised once per (process, thread, task):
         # shared by all plain locks, and per Lock when it has its own metadata.
-        ident = (os.getpid(), threading.current_thread().name)
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        ident = (os.getpid(), threading.current_thread().name, task.get_name() if task else "")
         plain = self.purpose is None and not self.extra and not self.meta
-        cached = _plain_meta.get(ident) if plain else self._meta_cache
-        if cached is not None and (plain or cached[0] == ident):
-            return cached[1]
+        if plain:
+            text = _plain_meta.get(ident)
+            if text is not None:
+                return text
+        elif self._meta_cache is not None and self._meta_cache[0] == ident:
+            return self._meta_cache[1]
         meta: dict[str, Any] = {"host": HOSTNAME, "pid": ident[0], "thread": ident[1]}
+        if ident[2]:
+            meta["task"] = ident[2]
         if self.purpose is not None:
             meta["purpose"] = self.purpose
         if self.extra:
@@ -191,29 +201,70 @@ class Lock:
         if plain:
             if len(_plain_meta) >= 1024:
                 _plain_meta.clear()
-            _plain_meta[ident] = (ident, text)
+            _plain_meta[ident] = text
         else:
             self._meta_cache = (ident, text)
         return text
 
-    def _run(
-        self, script: Script, backend: Backend, keys: LockKeys, args: Sequence[Any], action: str
-    ) -> Any:
-        """Run an idempotent script, retrying once when the reply was lost."""
-        try:
-            return script(backend.client, keys.all, args)
-        except AMBIGUOUS_ERRORS:
-            # The command may or may not have run. The scripts are idempotent for
-            # the same nonce, so asking again tells us what actually happened.
-            pass
-        except RedisError as exc:
-            raise backend_error(exc, action, self.name) from exc
-        try:
-            return script(backend.client, keys.all, args)
-        except RedisError as exc:
-            raise backend_error(exc, action, self.name) from exc
-
     # -- acquire ---------------------------------------------------------------
+
+    def _wait_policy(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        blocking_timeout: float | None,
+        token: str | bytes | None,
+    ) -> tuple[str, bool, float | None]:
+        """(owner, blocking, timeout) of one acquire call, from its arguments and defaults."""
+        if token is not None:
+            self._owner = validate_owner(token)
+        if blocking is None:
+            blocking = self.blocking
+        if timeout is _UNSET:
+            timeout = blocking_timeout
+        if timeout is _UNSET:
+            timeout = self.timeout
+        else:
+            timeout = validate_wait(timeout, "timeout")
+            if timeout is not None and timeout > 0 and not blocking:
+                raise ValueError("a timeout makes no sense with blocking=False")
+        if timeout == 0:
+            blocking, timeout = False, None  # redis-py: a zero wait is one attempt
+        return self.owner, bool(blocking), timeout
+
+    def _acquire_op(
+        self,
+        backend: Backend | AsyncBackend,
+        owner: str,
+        blocking: bool,
+        timeout: float | None,
+    ) -> flows.AcquireOp:
+        keys = self._keys(backend).all
+        nonce = new_nonce()
+        meta = self._meta()
+        retention = backend.retention_arg
+        name = self.name
+
+        def call(channel: bytes) -> Call:
+            args = (owner, nonce, self._ttl_arg, meta, int(time.time() * 1000), retention, channel)
+            return Call(acquire_script, keys, args, "acquire the lock", name)
+
+        def cancel_call() -> Call:
+            return Call(cancel_script, keys, (owner, nonce, retention), "cancel the wait", name)
+
+        on_contended = None
+        if signals.lock_contended.receivers:
+
+            def on_contended(pttl: int) -> None:
+                signals.lock_contended.send(
+                    sender=Lock,
+                    lock=self,
+                    name=name,
+                    owner=owner,
+                    pttl=pttl / 1000.0 if pttl >= 0 else None,
+                )
+
+        return flows.AcquireOp(call, cancel_call, nonce, blocking, timeout, on_contended)
 
     def acquire(
         self,
@@ -221,126 +272,80 @@ class Lock:
         timeout: float | None = _UNSET,
         *,
         blocking_timeout: float | None = _UNSET,
-        token: str | None = None,
+        token: str | bytes | None = None,
         sleep: float | None = None,
     ) -> bool:
         """Acquire the lock; return True when held, False when it was not acquired.
 
         :param blocking: wait for the lock (default: the lock's ``blocking``).
         :param timeout: how long to wait, in seconds (default: the lock's
-            ``timeout``; ``None`` = until acquired). ``blocking_timeout`` is the
-            redis-py spelling of the same argument.
-        :param token: an explicit owner string to acquire as (it stays this
-            Lock's owner afterwards), like redis-py's ``token``.
+            ``timeout``; ``None`` = until acquired; ``0`` = one attempt).
+            ``blocking_timeout`` is the redis-py spelling of the same argument.
+        :param token: an explicit owner (str or bytes) to acquire as (it stays
+            this Lock's owner afterwards), like redis-py's ``token``.
         :param sleep: accepted for redis-py compatibility and ignored: waiters
             are woken by the release, not by polling.
+
+        A blocking acquire inside a running event loop raises
+        :class:`BlockingCallInEventLoop`: use ``await aacquire()`` there.
         """
         del sleep
-        if token is not None:
-            self._owner = _validate_owner(token)
-        if blocking is None:
-            blocking = self.blocking
-        if timeout is _UNSET:
-            timeout = blocking_timeout
-        if timeout is _UNSET:
-            timeout = self.timeout
-        elif timeout is not None:
-            if not blocking:
-                raise ValueError("a timeout makes no sense with blocking=False")
-            timeout = validate_seconds(timeout, "timeout")
-        owner = self.owner
-        backend, keys = self._backend()
-        nonce = new_nonce()
-        if not blocking:
-            held, value, count = self._attempt(backend, keys, owner, nonce, b"")
-            if held:
-                self._acquired(backend, keys, owner, value, count)
-                return True
-            self._contended(owner, value)
-            return False
-        return self._acquire_blocking(backend, keys, owner, nonce, timeout)
+        owner, blocking, timeout = self._wait_policy(blocking, timeout, blocking_timeout, token)
+        if blocking:
+            _refuse_in_event_loop(self.name, "acquire()", "aacquire()")
+        backend = self._source.backend()
+        op = self._acquire_op(backend, owner, blocking, timeout)
+        return self._settle_acquire(owner, run_sync(flows.acquire(op), backend))
 
-    def _attempt(
-        self, backend: Backend, keys: LockKeys, owner: str, nonce: str, channel: bytes
-    ) -> tuple[bool, int, int]:
-        """One acquire script call; with a *channel*, queue as a waiter if the lock is held."""
-        args = (
-            owner,
-            nonce,
-            self._ttl_arg,
-            self._meta(),
-            int(time.time() * 1000),
-            backend.retention_arg,
-            channel,
-        )
-        reply = self._run(acquire_script, backend, keys, args, "acquire the lock")
-        return decode_attempt(reply)
+    def aacquire(
+        self,
+        blocking: bool | None = None,
+        timeout: float | None = _UNSET,
+        *,
+        blocking_timeout: float | None = _UNSET,
+        token: str | bytes | None = None,
+        sleep: float | None = None,
+    ) -> Coroutine[Any, Any, bool]:
+        """Acquire the lock without blocking the event loop (``await lock.aacquire()``).
 
-    def _acquire_blocking(
-        self, backend: Backend, keys: LockKeys, owner: str, nonce: str, timeout: float | None
-    ) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        hub = backend.hub()
-        listening = hub.ready
-        held, value, count = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
-        if held:
-            self._acquired(backend, keys, owner, value, count)
-            return True
-        self._contended(owner, value)
-        # Queued. A hand-off published from now on reaches the hub, which keeps
-        # it for us even if it arrives before this registration.
-        waiter = hub.register(nonce)
+        The arguments are those of :meth:`acquire`. The owner is the asyncio task
+        that *calls* ``aacquire()``, even when the coroutine then runs in another
+        task (``asyncio.wait_for``/``gather``/``shield`` on Python < 3.12).
+        Cancelled while the lock was being granted, it gives the lock back before
+        the cancellation propagates.
+        """
+        del sleep
+        owner, blocking, timeout = self._wait_policy(blocking, timeout, blocking_timeout, token)
+        return self._aacquire(owner, blocking, timeout)
+
+    async def _aacquire(self, owner: str, blocking: bool, timeout: float | None) -> bool:
+        backend = self._source.abackend()
+        op = self._acquire_op(backend, owner, blocking, timeout)
         try:
-            if not (listening and hub.ready):
-                # The hub was not subscribed when we queued: a hand-off published
-                # meanwhile was missed, so ask Redis once more after subscribing.
-                hub.wait_ready()
-                held, value, count = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
-            while not held:
-                if waiter.fence is not None:
-                    held, value, count = True, waiter.fence, 1
-                    break
-                now = time.monotonic()
-                pause = POLL_SLICE * random.uniform(0.75, 1.0)
-                if value >= 0:
-                    # Never sleep past the holder's lease: a crashed holder frees it then.
-                    pause = min(pause, value / 1000.0 + 0.001)
-                if deadline is not None:
-                    if now >= deadline:
-                        reply = self._run(
-                            cancel_script,
-                            backend,
-                            keys,
-                            (owner, nonce, backend.retention_arg),
-                            "cancel the wait",
-                        )
-                        held, value, count = decode_attempt(reply)
-                        if not held:
-                            return False
-                        break
-                    pause = min(pause, deadline - now)
-                fence = hub.wait(waiter, pause)
-                if fence is not None:
-                    held, value, count = True, fence, 1
-                    break
-                held, value, count = self._attempt(backend, keys, owner, nonce, hub.channel_arg)
-        finally:
-            hub.unregister(nonce)
-        self._acquired(backend, keys, owner, value, count)
-        return True
+            attempt = await run_async(flows.acquire(op), backend)
+        except asyncio.CancelledError:
+            await _finish_in_background(self._undo_acquire(op, owner, backend))
+            raise
+        return self._settle_acquire(owner, attempt)
 
-    def _acquired(
-        self, backend: Backend, keys: LockKeys, owner: str, fence: int, count: int
-    ) -> None:
-        hold = self._holds.get(owner)
-        if hold is None or hold.lost_reason is not None or count == 1:
-            if hold is not None and hold.watch is not None:
-                watchdog.unwatch(hold.watch)
-            hold = self._holds[owner] = _Hold(fence=fence, count=1)
-            if self.auto_renew:
-                hold.watch = watchdog.watch(self, owner, backend.client, keys.lock, self.ttl_ms)
-        else:
-            hold.count += 1
+    async def _undo_acquire(self, op: flows.AcquireOp, owner: str, backend: AsyncBackend) -> None:
+        """After a cancelled aacquire: leave the queue, and give back a grant that happened."""
+        attempt = await run_async(flows.cancel(op), backend)
+        if attempt.held:
+            call = self._release_call(backend, owner, new_nonce(), False)
+            await run_async(flows.call_once(call), backend)
+
+    def _settle_acquire(self, owner: str, attempt: Attempt) -> bool:
+        if not attempt.held:
+            return False
+        hold, replaced = self._holds.acquired(owner, attempt.value, attempt.holds)
+        if replaced is not None and replaced.watch is not None:
+            watchdog.unwatch(replaced.watch)
+        if hold.count == 1 and hold.watch is None and self.auto_renew:
+            backend = self._source.backend()
+            hold.watch = watchdog.watch(
+                self, owner, backend, self._keys(backend).all[0], self.ttl_ms, self.name
+            )
         # On the hot path: only build the signal call when somebody listens.
         if signals.lock_acquired.receivers:
             signals.lock_acquired.send(
@@ -348,21 +353,12 @@ class Lock:
                 lock=self,
                 name=self.name,
                 owner=owner,
-                fencing_token=fence,
-                hold_count=count,
+                fencing_token=attempt.value,
+                hold_count=attempt.holds,
             )
+        return True
 
-    def _contended(self, owner: str, pttl: int) -> None:
-        if signals.lock_contended.receivers:
-            signals.lock_contended.send(
-                sender=Lock,
-                lock=self,
-                name=self.name,
-                owner=owner,
-                pttl=pttl / 1000.0 if pttl >= 0 else None,
-            )
-
-    # -- release, extend -------------------------------------------------------
+    # -- release ---------------------------------------------------------------
 
     def release(self) -> int:
         """Release one hold; the lock is freed (and handed to the next waiter) on the last.
@@ -375,7 +371,15 @@ class Lock:
         lock (nothing changes), :class:`LockBackendError` when Redis cannot
         confirm the release (the hold is kept, so the release can be retried).
         """
-        return self._release(self.owner)
+        return self._release(self.owner, False)
+
+    def arelease(self) -> Coroutine[Any, Any, int]:
+        """:meth:`release` for asyncio (the owner is the calling task).
+
+        Cancelled in flight, the release is finished in the background with the
+        same nonce, so it neither counts twice nor leaves the outcome unknown.
+        """
+        return self._arelease(self.owner, False)
 
     def release_all(self) -> int:
         """Release every hold of the caller's owner at once, in one round trip.
@@ -385,32 +389,57 @@ class Lock:
         re-entry): the lock is freed and handed on. Returns 0. Raises like
         :meth:`release`.
         """
-        return self._release(self.owner, everything=True)
+        return self._release(self.owner, True)
 
-    def _release(self, owner: str, everything: bool = False) -> int:
-        backend, keys = self._backend()
-        # A release whose outcome is unknown (Redis unreachable) is retried with
-        # the same nonce, so it cannot count twice.
-        pending = (owner, everything)
-        nonce = self._pending_release.get(pending) or new_nonce()
-        self._pending_release[pending] = nonce
+    def arelease_all(self) -> Coroutine[Any, Any, int]:
+        """:meth:`release_all` for asyncio."""
+        return self._arelease(self.owner, True)
+
+    def _release_call(
+        self, backend: Backend | AsyncBackend, owner: str, nonce: str, everything: bool
+    ) -> Call:
         args: tuple[Any, ...] = (owner, nonce, backend.retention_arg)
         if everything:
             args += (b"all",)
-        remaining = int(self._run(release_script, backend, keys, args, "release the lock"))
-        del self._pending_release[pending]
-        hold = self._holds.get(owner)
+        return Call(release_script, self._keys(backend).all, args, "release the lock", self.name)
+
+    def _release(self, owner: str, everything: bool) -> int:
+        backend = self._source.backend()
+        nonce = self._holds.release_nonce(owner, everything, new_nonce)
+        call = self._release_call(backend, owner, nonce, everything)
+        remaining = int(run_sync(flows.call_once(call), backend))
+        return self._settle_release(owner, everything, remaining)
+
+    async def _arelease(self, owner: str, everything: bool) -> int:
+        backend = self._source.abackend()
+        nonce = self._holds.release_nonce(owner, everything, new_nonce)
+        call = self._release_call(backend, owner, nonce, everything)
+        try:
+            remaining = int(await run_async(flows.call_once(call), backend))
+        except asyncio.CancelledError:
+            await _finish_in_background(self._finish_release(call, backend, owner, everything))
+            raise
+        return self._settle_release(owner, everything, remaining)
+
+    async def _finish_release(
+        self, call: Call, backend: AsyncBackend, owner: str, everything: bool
+    ) -> None:
+        remaining = int(await run_async(flows.call_once(call), backend))
+        try:
+            self._settle_release(owner, everything, remaining)
+        except LockNotOwned:
+            pass
+
+    def _settle_release(self, owner: str, everything: bool, remaining: int) -> int:
+        forgotten = self._holds.released(owner, everything, remaining)
+        if forgotten is not None and forgotten.watch is not None:
+            watchdog.unwatch(forgotten.watch)
         if remaining < 0:
-            self._forget(owner)
             raise LockNotOwned(
                 f"cannot release lock {self.name!r}: it is not held by this owner "
                 "(its lease may have expired or it was released by someone else)",
                 name=self.name,
             )
-        if hold is not None:
-            hold.count -= 1
-            if hold.count <= 0 or remaining == 0:
-                self._forget(owner)
         if signals.lock_released.receivers:
             signals.lock_released.send(
                 sender=Lock, lock=self, name=self.name, owner=owner, hold_count=remaining
@@ -418,9 +447,12 @@ class Lock:
         return remaining
 
     def _forget(self, owner: str) -> None:
-        hold = self._holds.pop(owner, None)
+        """Drop *owner*'s local hold without telling Redis (its lease runs out)."""
+        hold = self._holds.forget(owner)
         if hold is not None and hold.watch is not None:
             watchdog.unwatch(hold.watch)
+
+    # -- extend ----------------------------------------------------------------
 
     def extend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         """Add *additional_time* seconds to the lease (or set it, with ``replace_ttl``).
@@ -428,17 +460,25 @@ class Lock:
         Raises :class:`LockNotOwned` when not held by the caller, and
         :class:`LockError` for a lock without expiry. Returns True.
         """
+        backend = self._source.backend()
+        call = self._extend_call(backend, additional_time, replace_ttl)
+        return self._settle_extend(run_sync(flows.call_once(call), backend))
+
+    async def aextend(self, additional_time: float, replace_ttl: bool = False) -> bool:
+        """:meth:`extend` for asyncio."""
+        backend = self._source.abackend()
+        call = self._extend_call(backend, additional_time, replace_ttl)
+        return self._settle_extend(await run_async(flows.call_once(call), backend))
+
+    def _extend_call(
+        self, backend: Backend | AsyncBackend, additional_time: float, replace_ttl: bool
+    ) -> Call:
         ms = to_millis(validate_seconds(additional_time, "additional_time"), "additional_time")
-        backend, keys = self._backend()
-        result = int(
-            self._run(
-                extend_script,
-                backend,
-                keys,
-                [self.owner, ms, 1 if replace_ttl else 0],
-                "extend the lock",
-            )
-        )
+        args = (self.owner, ms, 1 if replace_ttl else 0)
+        return Call(extend_script, self._keys(backend).all[:1], args, "extend the lock", self.name)
+
+    def _settle_extend(self, reply: Any) -> bool:
+        result = int(reply)
         if result == -1:
             raise LockNotOwned(
                 f"cannot extend lock {self.name!r}: it is not held by this owner", name=self.name
@@ -449,38 +489,59 @@ class Lock:
 
     def reacquire(self) -> bool:
         """Reset the lease to the lock's full ``ttl`` (redis-py's ``reacquire``)."""
+        return self.extend(self._full_lease(), replace_ttl=True)
+
+    async def areacquire(self) -> bool:
+        """:meth:`reacquire` for asyncio."""
+        return await self.aextend(self._full_lease(), replace_ttl=True)
+
+    def _full_lease(self) -> float:
         if not self.ttl_ms:
             raise LockError(f"lock {self.name!r} has no ttl to reset", name=self.name)
-        return self.extend(self.ttl_ms / 1000.0, replace_ttl=True)
+        return self.ttl_ms / 1000.0
 
     # -- inspection ------------------------------------------------------------
 
+    def info(self) -> LockInfo | None:
+        """A snapshot of this lock in Redis (None when nobody holds it)."""
+        backend = self._source.backend()
+        infos = backend.load([self._keys(backend).lock])
+        return infos[0] if infos else None
+
+    async def ainfo(self) -> LockInfo | None:
+        """:meth:`info` for asyncio."""
+        backend = self._source.abackend()
+        infos = await backend.load([self._keys(backend).lock])
+        return infos[0] if infos else None
+
     def locked(self) -> bool:
         """Whether anybody holds the lock."""
-        backend, keys = self._backend()
-        try:
-            return bool(backend.client.exists(keys.lock))
-        except RedisError as exc:
-            raise backend_error(exc, "check the lock", self.name) from exc
+        return self.info() is not None
+
+    async def alocked(self) -> bool:
+        """:meth:`locked` for asyncio."""
+        return await self.ainfo() is not None
 
     def owned(self) -> bool:
         """Whether the caller's owner holds the lock right now (asks Redis)."""
-        backend, keys = self._backend()
-        try:
-            return bool(_decode(backend.client.hget(keys.lock, "owner")) == self.owner)
-        except RedisError as exc:
-            raise backend_error(exc, "check the lock's owner", self.name) from exc
+        return _owned_by(self.info(), self.owner)
+
+    def aowned(self) -> Coroutine[Any, Any, bool]:
+        """:meth:`owned` for asyncio (the owner is the calling task)."""
+        owner = self.owner
+
+        async def owned() -> bool:
+            return _owned_by(await self.ainfo(), owner)
+
+        return owned()
 
     def ttl(self) -> float | None:
         """Remaining lease in seconds; None when not held, ``math.inf`` when held without expiry."""
-        backend, keys = self._backend()
-        try:
-            pttl = int(backend.client.pttl(keys.lock))
-        except RedisError as exc:
-            raise backend_error(exc, "read the lock's lease", self.name) from exc
-        if pttl == -2:
-            return None
-        return math.inf if pttl == -1 else pttl / 1000.0
+        return _remaining(self.info())
+
+    async def attl(self) -> float | None:
+        """:meth:`ttl` for asyncio."""
+        return _remaining(await self.ainfo())
 
     @property
     def fencing_token(self) -> int | None:
@@ -495,28 +556,26 @@ class Lock:
         return hold is not None and hold.lost_reason is not None
 
     def _mark_lost(self, owner: str, reason: str) -> None:
-        hold = self._holds.get(owner)
-        if hold is None or hold.lost_reason is not None:
+        if self._holds.mark_lost(owner, reason) is None:
             return
-        hold.lost_reason = reason
-        hold.watch = None
         logger.error("redislock: lock %r lost: %s", self.name, reason)
         signals.lock_lost.send(sender=Lock, lock=self, name=self.name, owner=owner, reason=reason)
 
-    # -- context manager -------------------------------------------------------
+    # -- context managers ------------------------------------------------------
 
     def __enter__(self) -> Lock:
         if not self.acquire():
-            raise LockNotAcquired(
-                f"could not acquire lock {self.name!r}"
-                + (
-                    ""
-                    if self.timeout is None or not self.blocking
-                    else f" within {self.timeout:g} s"
-                ),
-                name=self.name,
-            )
+            raise self._not_acquired()
         return self
+
+    async def __aenter__(self) -> Lock:
+        if not await self.aacquire():
+            raise self._not_acquired()
+        return self
+
+    def _not_acquired(self) -> LockNotAcquired:
+        within = "" if not self.timeout or not self.blocking else f" within {self.timeout:g} s"
+        return LockNotAcquired(f"could not acquire lock {self.name!r}{within}", name=self.name)
 
     def __exit__(
         self,
@@ -528,21 +587,49 @@ class Lock:
         hold = self._holds.get(owner)
         reason = hold.lost_reason if hold is not None else None
         try:
-            self._release(owner)
+            self._release(owner, False)
         except LockBackendError:
-            # The block is over: keep the hold so release() can be retried, but
-            # stop renewing it, so that without a retry the lease runs out.
-            if hold is not None and hold.watch is not None:
-                watchdog.unwatch(hold.watch)
-                hold.watch = None
+            self._stop_renewing(hold)
             raise
         except LockNotOwned:
-            reason = reason or "its lease expired or it was released by someone else"
-            if hold is not None and hold.lost_reason is None:
-                hold.lost_reason = reason
-                signals.lock_lost.send(
-                    sender=Lock, lock=self, name=self.name, owner=owner, reason=reason
-                )
+            reason = self._lost_at_exit(owner, hold, reason)
+        self._exit_lost(reason, exc_type)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        owner = self.owner
+        hold = self._holds.get(owner)
+        reason = hold.lost_reason if hold is not None else None
+        try:
+            await self._arelease(owner, False)
+        except LockBackendError:
+            self._stop_renewing(hold)
+            raise
+        except LockNotOwned:
+            reason = self._lost_at_exit(owner, hold, reason)
+        self._exit_lost(reason, exc_type)
+
+    def _stop_renewing(self, hold: Hold | None) -> None:
+        # The block is over: keep the hold so release() can be retried, but
+        # stop renewing it, so that without a retry the lease runs out.
+        if hold is not None and hold.watch is not None:
+            watchdog.unwatch(hold.watch)
+            hold.watch = None
+
+    def _lost_at_exit(self, owner: str, hold: Hold | None, reason: str | None) -> str:
+        reason = reason or "its lease expired or it was released by someone else"
+        if hold is not None and hold.lost_reason is None:
+            hold.lost_reason = reason
+            signals.lock_lost.send(
+                sender=Lock, lock=self, name=self.name, owner=owner, reason=reason
+            )
+        return reason
+
+    def _exit_lost(self, reason: str | None, exc_type: type[BaseException] | None) -> None:
         if reason is not None:
             message = f"lock {self.name!r} was lost while held: {reason}"
             if self.raise_on_lost and exc_type is None:
@@ -553,22 +640,42 @@ class Lock:
         return f"<Lock {self.name!r} ttl={self.ttl_seconds}>"
 
 
-def _json_dict(value: object, what: str) -> dict[str, Any] | None:
-    """Return *value* if it is None or a JSON-serialisable dict, else raise TypeError."""
-    if value is None:
+def _owned_by(info: LockInfo | None, owner: str) -> bool:
+    return info is not None and info.owner == owner
+
+
+def _remaining(info: LockInfo | None) -> float | None:
+    if info is None:
         return None
-    if not isinstance(value, dict):
-        raise TypeError(f"{what} must be a dict, not {type(value).__name__}")
+    return math.inf if info.ttl is None else info.ttl
+
+
+def _refuse_in_event_loop(name: str, call: str, instead: str) -> None:
+    """Raise BlockingCallInEventLoop when a blocking wait would freeze a running loop."""
     try:
-        json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
-    return value
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise BlockingCallInEventLoop(
+        f"lock {name!r}: {call} would block the running event loop while it waits; "
+        f"use 'await lock.{instead}' or 'async with lock:' in async code "
+        "(or acquire(blocking=False) for one attempt)",
+        name=name,
+    )
 
 
-def _validate_owner(owner: object) -> str:
-    if not isinstance(owner, str):
-        raise TypeError(f"owner must be a str, not {type(owner).__name__}")
-    if not owner or len(owner) > MAX_OWNER_LENGTH:
-        raise ValueError(f"owner must be 1 to {MAX_OWNER_LENGTH} characters long")
-    return owner
+async def _finish_in_background(coro: Coroutine[Any, Any, None]) -> None:
+    """Run *coro* to its end even if the caller is cancelled again meanwhile."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    task.add_done_callback(_log_failure)
+    try:
+        await asyncio.shield(task)
+    except BaseException:  # cancelled again, or it failed (logged): the caller's error wins
+        pass
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("redislock: finishing a cancelled lock call failed: %s", task.exception())

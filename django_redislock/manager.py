@@ -2,45 +2,31 @@
 
 ``django_redislock.locks`` is the default manager (like ``django.core.cache.cache``):
 it uses the ``REDISLOCK_*`` settings, read lazily, so ``override_settings`` in
-tests takes effect on the next call.
+tests takes effect on the next call. Every inspection and operator action has an
+asyncio twin with Django's ``a`` prefix (``aget``, ``aactive``, ...).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
-from django.core.signals import setting_changed
-from redis.exceptions import RedisError, ResponseError
-
 from . import signals
-from .backend import Backend
-from .conf import get_setting
-from .connection import resolve_client
-from .info import LockInfo
-from .keys import KeySpace, to_millis, validate_name, validate_seconds
+from .engine import flows
+from .engine.backends.base import AsyncBackend, Backend
+from .engine.backends.single import SingleBackend
+from .engine.calls import Call, ExtendResult
+from .engine.driver import run_async, run_sync
+from .engine.info import LockInfo
+from .engine.scripts import force_extend_script, force_release_script
+from .engine.validate import to_millis, validate_name, validate_seconds
+from .handler import BackendSource, default_source
 from .lock import Lock
-from .scripts import backend_error, force_extend_script, force_release_script
+
+__all__ = ["ExtendResult", "LockManager", "locks"]
 
 logger = logging.getLogger("django_redislock")
-
-
-@dataclass(frozen=True)
-class ExtendResult:
-    """The outcome of :meth:`LockManager.force_extend`."""
-
-    #: One of "extended", "gone", "changed" (owner/token differ), "no-expiry".
-    status: str
-    #: The new remaining lease in seconds when extended, else None.
-    ttl: float | None = None
-
-    @property
-    def extended(self) -> bool:
-        """True if the lease was lengthened."""
-        return self.status == "extended"
 
 
 class LockManager:
@@ -50,8 +36,14 @@ class LockManager:
         ``REDISLOCK_URL`` if set, else ``REDISLOCK_CACHE``).
     :param url: a Redis URL to use instead of a cache alias.
     :param key_prefix: the key prefix (default ``REDISLOCK_KEY_PREFIX``).
-    :param client: a ready redis-py client to use as it is (advanced; takes
-        precedence over *cache_alias* and *url*).
+    :param client: a ready blocking redis-py client to use as it is (advanced;
+        takes precedence over *cache_alias* and *url*). Async calls then use a
+        ``redis.asyncio`` client with the same connection settings.
+    :param async_client: a ready ``redis.asyncio`` client for the async calls
+        (advanced; it belongs to one event loop). Renewals, which run in a
+        thread, use a blocking client with the same settings.
+
+    A client of the wrong kind for its argument raises TypeError.
     """
 
     def __init__(
@@ -61,54 +53,43 @@ class LockManager:
         url: str | None = None,
         key_prefix: str | None = None,
         client: Any = None,
+        async_client: Any = None,
     ) -> None:
+        explicit = (cache_alias, url, key_prefix, client, async_client)
+        if all(value is None for value in explicit):
+            self.source = default_source
+        else:
+            self.source = BackendSource(
+                cache_alias, url=url, key_prefix=key_prefix, client=client,
+                async_client=async_client,
+            )  # fmt: skip
         self.cache_alias = cache_alias
         self.url = url
         self.key_prefix = key_prefix
-        self._explicit_client = client
-        self._backend: Backend | None = None
-        self._lock = threading.Lock()
-        setting_changed.connect(self._on_setting_changed, weak=True)
 
-    def _on_setting_changed(self, setting: str, **kwargs: Any) -> None:
-        if setting.startswith("REDISLOCK_") or setting == "CACHES":
-            self._backend = None
-
-    def backend(self) -> Backend:
-        """The resolved Redis client and key layout (resolved once, then cached)."""
-        backend = self._backend
-        if backend is None:
-            with self._lock:
-                backend = self._backend
-                if backend is None:
-                    retention = validate_seconds(
-                        get_setting("REDISLOCK_FENCE_RETENTION"), "REDISLOCK_FENCE_RETENTION"
-                    )
-                    backend = self._backend = Backend(
-                        client=self._explicit_client or resolve_client(self.cache_alias, self.url),
-                        keyspace=KeySpace(self.key_prefix or get_setting("REDISLOCK_KEY_PREFIX")),
-                        retention_ms=to_millis(retention, "REDISLOCK_FENCE_RETENTION"),
-                    )
-        return backend
+    def backend(self) -> SingleBackend:
+        """The blocking backend: the resolved client and key layout (advanced)."""
+        return self.source.backend()
 
     @property
     def client(self) -> Any:
-        """The redis-py client the locks use."""
+        """The blocking redis-py client the locks use."""
         return self.backend().client
 
     def lock(self, name: str, **options: Any) -> Lock:
         """Return a :class:`Lock` called *name*; see :class:`Lock` for the options."""
         return Lock(name, manager=self, **options)
 
+    # -- inspection ------------------------------------------------------------
+
     def get(self, name: str) -> LockInfo | None:
         """A snapshot of the lock called *name*, or None when nobody holds it."""
-        validate_name(name)
-        backend = self.backend()
-        key = backend.keyspace.keys(name).lock
-        try:
-            infos = load_infos(backend.client, backend.keyspace, [key])
-        except RedisError as exc:
-            raise backend_error(exc, "read the lock", name) from exc
+        infos = self.get_many([name])
+        return infos[0] if infos else None
+
+    async def aget(self, name: str) -> LockInfo | None:
+        """:meth:`get` for asyncio."""
+        infos = await self.aget_many([name])
         return infos[0] if infos else None
 
     def get_many(self, names: Sequence[str]) -> list[LockInfo]:
@@ -117,66 +98,67 @@ class LockManager:
         Names nobody holds are left out; the order of *names* is kept.
         """
         backend = self.backend()
-        keyspace = backend.keyspace
-        keys = [keyspace.keys(validate_name(n)).lock for n in names]
-        try:
-            return load_infos(backend.client, keyspace, keys)
-        except RedisError as exc:
-            raise backend_error(exc, "read the locks", None) from exc
+        return backend.load(_lock_keys(backend, names))
+
+    async def aget_many(self, names: Sequence[str]) -> list[LockInfo]:
+        """:meth:`get_many` for asyncio."""
+        backend = self.source.abackend()
+        return await backend.load(_lock_keys(backend, names))
 
     def scan_page(
         self, cursor: str = "0", *, pattern: str | None = None, count: int = 1000
     ) -> tuple[str, list[LockInfo]]:
-        """One SCAN step over the held locks: ``(next cursor, snapshots)``.
+        """One step of a walk over the held locks: ``(next cursor, snapshots)``.
 
         *cursor* is opaque: start with ``"0"``; the returned cursor is ``"0"``
-        when the walk is complete. *pattern* is a SCAN MATCH pattern over lock
-        keys (default: every lock under the prefix; see
-        :meth:`KeySpace.match_pattern`). A step may return no locks while the
-        walk is not complete.
+        when the walk is complete (an unreadable cursor starts over). *pattern*
+        is a SCAN MATCH pattern over lock keys (default: every lock under the
+        prefix; see ``KeySpace.match_pattern``). A step may return no locks
+        while the walk is not complete.
         """
         backend = self.backend()
-        keyspace = backend.keyspace
-        if pattern is None:
-            pattern = keyspace.match_pattern("")
-        try:
-            start = int(cursor)
-        except ValueError:
-            start = 0  # a cursor from another topology or a stale URL: start over
-        try:
-            next_cursor, keys = backend.client.scan(start, match=pattern, count=count)
-            infos = load_infos(backend.client, keyspace, list(keys)) if keys else []
-        except RedisError as exc:
-            raise backend_error(exc, "list the locks", None) from exc
-        return str(int(next_cursor)), infos
+        pattern = pattern or backend.keyspace.match_pattern("")
+        next_cursor, keys = backend.scan_page(pattern, cursor, count)
+        return next_cursor, backend.load(keys)
+
+    async def ascan_page(
+        self, cursor: str = "0", *, pattern: str | None = None, count: int = 1000
+    ) -> tuple[str, list[LockInfo]]:
+        """:meth:`scan_page` for asyncio."""
+        backend = self.source.abackend()
+        pattern = pattern or backend.keyspace.match_pattern("")
+        next_cursor, keys = await backend.scan_page(pattern, cursor, count)
+        return next_cursor, await backend.load(keys)
 
     def active(self, prefix: str = "", *, batch_size: int = 500) -> Iterator[LockInfo]:
         """Iterate over the held locks whose name starts with *prefix*.
 
         Uses ``SCAN`` (never ``KEYS``); glob characters in *prefix* match
         themselves. Like SCAN, the listing is not a snapshot: a lock acquired or
-        released meanwhile may or may not appear.
+        released meanwhile may or may not appear. The pattern matches lock keys
+        only, so another tool's non-hash key under the prefix is listed too, as
+        kind ``"foreign"``.
         """
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
-        backend = self.backend()
-        keyspace = backend.keyspace
-        pattern = keyspace.match_pattern(prefix)
-        client = backend.client
-        try:
-            keys: list[Any] = []
-            # The pattern matches lock keys only (companion keys are named
-            # "<prefix>:fence:{...}" etc.); no TYPE filter, so another tool's
-            # non-hash key under the prefix is listed too, as kind "foreign".
-            for key in client.scan_iter(match=pattern, count=batch_size):
-                keys.append(key)
-                if len(keys) >= batch_size:
-                    yield from load_infos(client, keyspace, keys)
-                    keys = []
-            if keys:
-                yield from load_infos(client, keyspace, keys)
-        except RedisError as exc:
-            raise backend_error(exc, "list the locks", None) from exc
+        pattern = self.backend().keyspace.match_pattern(_prefix(prefix))
+        cursor = "0"
+        while True:
+            cursor, infos = self.scan_page(cursor, pattern=pattern, count=batch_size)
+            yield from infos
+            if cursor == "0":
+                return
+
+    async def aactive(self, prefix: str = "", *, batch_size: int = 500) -> AsyncIterator[LockInfo]:
+        """:meth:`active` for asyncio: ``async for info in locks.aactive("report:")``."""
+        pattern = self.source.abackend().keyspace.match_pattern(_prefix(prefix))
+        cursor = "0"
+        while True:
+            cursor, infos = await self.ascan_page(cursor, pattern=pattern, count=batch_size)
+            for info in infos:
+                yield info
+            if cursor == "0":
+                return
+
+    # -- operator actions ------------------------------------------------------
 
     def force_release(
         self,
@@ -194,35 +176,24 @@ class LockManager:
         alone); with *unowned_only*, only if it still has neither (a key another
         tool wrote, as it was looked at). Returns True if a lock was released.
         """
-        validate_name(name)
         backend = self.backend()
-        keys = backend.keyspace.keys(name)
+        call = _force_release_call(backend, name, owner, fencing_token, unowned_only)
         before = self.get(name)
-        try:
-            result = int(
-                force_release_script(
-                    backend.client,
-                    keys.all,
-                    [
-                        owner or "",
-                        "" if fencing_token is None else str(fencing_token),
-                        backend.retention_ms,
-                        "1" if unowned_only else "",
-                    ],
-                )
-            )
-        except RedisError as exc:
-            raise backend_error(exc, "force-release the lock", name) from exc
-        released = result == 1
-        if released:
-            logger.warning(
-                "redislock: lock %r force-released (owner %s, fencing token %s)",
-                name,
-                before.owner if before else "?",
-                before.fencing_token if before else "?",
-            )
-        signals.force_released.send(sender=LockManager, name=name, info=before, released=released)
-        return released
+        return _force_released(name, before, run_sync(flows.call_once(call), backend))
+
+    async def aforce_release(
+        self,
+        name: str,
+        *,
+        owner: str | None = None,
+        fencing_token: int | None = None,
+        unowned_only: bool = False,
+    ) -> bool:
+        """:meth:`force_release` for asyncio."""
+        backend = self.source.abackend()
+        call = _force_release_call(backend, name, owner, fencing_token, unowned_only)
+        before = await self.aget(name)
+        return _force_released(name, before, await run_async(flows.call_once(call), backend))
 
     def force_extend(
         self,
@@ -241,61 +212,92 @@ class LockManager:
         holder's watchdog renews to) is unchanged: the extra time runs down, then
         normal renewal resumes. See :class:`ExtendResult`.
         """
-        validate_name(name)
-        ms = to_millis(validate_seconds(seconds, "seconds"), "seconds")
         backend = self.backend()
-        args = [
-            owner or "",
-            "" if fencing_token is None else str(fencing_token),
-            ms,
-            "1" if unowned_only else "",
-        ]
-        try:
-            reply = int(
-                force_extend_script(backend.client, [backend.keyspace.keys(name).lock], args)
-            )
-        except RedisError as exc:
-            raise backend_error(exc, "extend the lock", name) from exc
-        if reply > 0:
-            result = ExtendResult("extended", reply / 1000.0)
-        else:
-            result = ExtendResult({0: "gone", -1: "changed", -2: "no-expiry"}[reply])
-        if result.extended:
-            logger.warning(
-                "redislock: lease of lock %r extended by %ss by an operator", name, seconds
-            )
-        return result
+        call = _force_extend_call(backend, name, seconds, owner, fencing_token, unowned_only)
+        return _force_extended(name, seconds, run_sync(flows.call_once(call), backend))
+
+    async def aforce_extend(
+        self,
+        name: str,
+        seconds: float,
+        *,
+        owner: str | None = None,
+        fencing_token: int | None = None,
+        unowned_only: bool = False,
+    ) -> ExtendResult:
+        """:meth:`force_extend` for asyncio."""
+        backend = self.source.abackend()
+        call = _force_extend_call(backend, name, seconds, owner, fencing_token, unowned_only)
+        return _force_extended(name, seconds, await run_async(flows.call_once(call), backend))
 
     def __repr__(self) -> str:
         return f"<LockManager cache={self.cache_alias!r} url={self.url!r}>"
 
 
-def load_infos(client: Any, keyspace: KeySpace, keys: list[Any]) -> list[LockInfo]:
-    """Snapshot the locks at *keys* in one pipelined round trip.
+def _lock_keys(backend: Backend | AsyncBackend, names: Sequence[str]) -> list[str]:
+    return [backend.keyspace.keys(validate_name(n)).lock for n in names]
 
-    Keys that are gone meanwhile, or are not lock keys, are skipped; a key
-    another tool wrote under the prefix shows with what is known (kind
-    ``"foreign"``). Redis errors other than a wrong key type are raised.
-    """
-    pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.hgetall(key)
-        pipe.pttl(key)
-    replies = pipe.execute(raise_on_error=False)
-    infos: list[LockInfo] = []
-    for i, raw_key in enumerate(keys):
-        fields, pttl = replies[2 * i], replies[2 * i + 1]
-        if isinstance(pttl, Exception):
-            raise pttl
-        if isinstance(fields, ResponseError) and "WRONGTYPE" in str(fields):
-            fields = None  # not a hash: another tool's key
-        elif isinstance(fields, Exception):
-            raise fields
-        key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else str(raw_key)
-        name = keyspace.name_from_key(key)
-        if name is not None and int(pttl) != -2:
-            infos.append(LockInfo.from_redis(name, key, fields, int(pttl)))
-    return infos
+
+def _prefix(prefix: object) -> str:
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+    return prefix
+
+
+def _force_release_call(
+    backend: Backend | AsyncBackend,
+    name: str,
+    owner: str | None,
+    fencing_token: int | None,
+    unowned_only: bool,
+) -> Call:
+    keys = backend.keyspace.keys(validate_name(name)).all
+    args = (
+        owner or "",
+        "" if fencing_token is None else str(fencing_token),
+        backend.retention_arg,
+        "1" if unowned_only else "",
+    )
+    return Call(force_release_script, keys, args, "force-release the lock", name)
+
+
+def _force_released(name: str, before: LockInfo | None, reply: Any) -> bool:
+    released = int(reply) == 1
+    if released:
+        logger.warning(
+            "redislock: lock %r force-released (owner %s, fencing token %s)",
+            name,
+            before.owner if before else "?",
+            before.fencing_token if before else "?",
+        )
+    signals.force_released.send(sender=LockManager, name=name, info=before, released=released)
+    return released
+
+
+def _force_extend_call(
+    backend: Backend | AsyncBackend,
+    name: str,
+    seconds: float,
+    owner: str | None,
+    fencing_token: int | None,
+    unowned_only: bool,
+) -> Call:
+    keys = backend.keyspace.keys(validate_name(name)).all[:1]
+    ms = to_millis(validate_seconds(seconds, "seconds"), "seconds")
+    args = (
+        owner or "",
+        "" if fencing_token is None else str(fencing_token),
+        ms,
+        "1" if unowned_only else "",
+    )
+    return Call(force_extend_script, keys, args, "extend the lock", name)
+
+
+def _force_extended(name: str, seconds: float, reply: Any) -> ExtendResult:
+    result = ExtendResult.from_reply(reply)
+    if result.extended:
+        logger.warning("redislock: lease of lock %r extended by %ss by an operator", name, seconds)
+    return result
 
 
 #: The default manager, configured by the ``REDISLOCK_*`` settings.

@@ -28,7 +28,7 @@ from django.urls import path
 
 from django_redislock import LockManager, locks
 from django_redislock.admin import HeldLockAdmin
-from django_redislock.keys import KeySpace
+from django_redislock.engine.keys import KeySpace
 from django_redislock.models import HeldLock
 
 pytestmark = pytest.mark.django_db

@@ -112,7 +112,7 @@ def test_wrong_type_key_is_a_backend_error(manager: LockManager, name: str, redi
 def test_with_block_whose_release_fails_stops_renewing(
     proxy: TcpProxy, name: str, redis_client
 ) -> None:
-    from django_redislock.renewal import watchdog
+    from django_redislock.engine.watchdog import watchdog
 
     manager = LockManager(client=_client(proxy.port, 0))
     lock = manager.lock(name, ttl=0.6)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import pytest
 from django.test import override_settings
@@ -194,10 +195,10 @@ def test_no_expiry_needs_explicit_opt_in(manager: LockManager, name: str) -> Non
         ({"name": "n", "ttl": "30"}, TypeError, "number"),
         ({"name": "n", "ttl": True}, TypeError, "number"),
         ({"name": "n", "ttl": 0.0001}, ValueError, "1 ms"),
-        ({"name": "n", "timeout": 0}, ValueError, "positive"),
         ({"name": "n", "timeout": -2}, ValueError, "positive"),
         ({"name": "n", "owner": ""}, ValueError, "owner"),
         ({"name": "n", "owner": 5}, TypeError, "owner"),
+        ({"name": "n", "owner": b"\xff"}, ValueError, "UTF-8"),
         ({"name": "n", "extra": {"a": object()}}, TypeError, "JSON"),
         ({"name": "n", "extra": [1]}, TypeError, "dict"),
         ({"name": "n", "purpose": 3}, TypeError, "purpose"),
@@ -214,12 +215,36 @@ def test_acquire_argument_checks(manager: LockManager, name: str) -> None:
     with pytest.raises(ValueError, match="blocking=False"):
         lock.acquire(blocking=False, timeout=1)
     with pytest.raises(ValueError, match="positive"):
-        lock.acquire(timeout=0)
-    with pytest.raises(ValueError, match="positive"):
         lock.acquire(blocking_timeout=-1)
     with pytest.raises(ValueError, match="positive"):
         lock.extend(-1)
     assert not lock.locked()
+
+
+def test_zero_wait_means_one_attempt_as_in_redis_py(manager: LockManager, name: str) -> None:
+    holder = manager.lock(name, owner="holder")
+    assert holder.acquire()
+    other = manager.lock(name)
+    started = time.monotonic()
+    assert other.acquire(timeout=0) is False
+    assert other.acquire(blocking_timeout=0) is False
+    assert manager.lock(name, timeout=0).acquire() is False
+    assert time.monotonic() - started < 1.0, "a zero wait must not wait"
+    holder.release()
+    assert other.acquire(blocking_timeout=0) is True
+    other.release()
+
+
+def test_bytes_token_and_redis_py_error_attributes(manager: LockManager, name: str) -> None:
+    lock = manager.lock(name)
+    assert lock.acquire(token=b"owner-bytes")
+    assert lock.owner == "owner-bytes"
+    assert manager.get(name).owner == "owner-bytes"
+    with pytest.raises(LockNotAcquired) as caught:
+        with manager.lock(name, blocking=False):
+            pass
+    assert caught.value.lock_name == caught.value.name == name
+    lock.release()
 
 
 def test_redis_py_style_arguments(manager: LockManager, name: str) -> None:
@@ -357,7 +382,7 @@ def test_scripts_are_reloaded_after_a_script_flush(
 def test_asyncio_tasks_on_one_loop_are_different_owners() -> None:
     import asyncio
 
-    from django_redislock.identity import current_owner
+    from django_redislock.engine.identity import current_owner
 
     async def owner_of_task() -> str:
         return current_owner()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from django_redislock import LockLost, LockManager, signals
-from django_redislock.renewal import watchdog
+from django_redislock.engine.watchdog import watchdog
 
 
 def _wait_until(predicate, timeout: float, what: str) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_redislock.engine.info import LockInfo
 from django_redislock.exceptions import LockError
-from django_redislock.info import LockInfo
 from django_redislock.manager import LockManager
 
 

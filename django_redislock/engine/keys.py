@@ -1,4 +1,4 @@
-"""Validation of lock names and the Redis key layout.
+"""The Redis key layout of a lock (pure).
 
 One lock uses these keys, all sharing the Redis Cluster hash tag ``{<name>}`` so
 every script touches a single slot:
@@ -17,50 +17,13 @@ one-to-one and prefix searches apply the same rule.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
-
-from .conf import MAX_NAME_LENGTH
 
 _ESCAPE = "\\"
 #: How many names' keys a KeySpace remembers before starting over.
 _KEY_CACHE_SIZE = 4096
 _GLOB_SPECIAL = set("*?[]\\")
-
-
-def validate_name(name: object) -> str:
-    """Return *name* if it is a usable lock name, else raise TypeError/ValueError."""
-    if not isinstance(name, str):
-        raise TypeError(f"lock name must be a str, not {type(name).__name__}")
-    if not name:
-        raise ValueError("lock name must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ValueError(
-            f"lock name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
-        )
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"lock name cannot be encoded as UTF-8: {exc}") from None
-    return name
-
-
-def validate_seconds(value: object, what: str) -> float:
-    """Return *value* as positive finite seconds, or raise TypeError/ValueError naming *what*."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def to_millis(seconds: float, what: str) -> int:
-    """Convert positive *seconds* to whole milliseconds (at least 1)."""
-    ms = int(round(seconds * 1000))
-    if ms < 1:
-        raise ValueError(f"{what} must be at least 1 ms, got {seconds!r} s")
-    return ms
 
 
 def _tag_part(name: str) -> str:
@@ -125,9 +88,10 @@ class KeySpace:
             waiters=f"{p}:waiters:{tag}",
         )
 
-    def wake_channel(self, process_token: str) -> str:
-        """The pub/sub channel on which the process *process_token* is told of hand-offs."""
-        return f"{self.prefix}:wake:{process_token}"
+    @property
+    def wake_prefix(self) -> str:
+        """The start of every wake-up hub's pub/sub channel name (a process token follows)."""
+        return f"{self.prefix}:wake:"
 
     def match_pattern(self, name_prefix: str = "") -> str:
         """A SCAN ``MATCH`` pattern for lock keys whose name starts with *name_prefix*."""

@@ -1,7 +1,7 @@
 """The watchdog: one thread per process renewing every held auto-renewed lock.
 
 Each held lock is renewed at about a third of its lease. When the thread wakes
-it renews, in one pipelined round trip per Redis client, every lock that is
+it renews, in one pipelined round trip per backend, every lock that is
 due or will be within a short slack, so many locks cost one batch. A renewal
 that finds the lock gone or owned by someone else marks the lock lost (the
 holder learns it when leaving its ``with`` block, and ``lock_lost`` fires).
@@ -20,12 +20,15 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from redis.exceptions import NoScriptError, RedisError
-
+from ..exceptions import LockBackendError
+from .calls import AmbiguousReply, Call
 from .identity import on_fork_in_child
 from .scripts import renew_script
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 logger = logging.getLogger("django_redislock")
 
@@ -42,16 +45,18 @@ class Renewable(Protocol):
 class WatchEntry:
     """One (lock, owner) the watchdog keeps alive."""
 
-    __slots__ = ("lock_ref", "owner", "client", "key", "ttl_ms", "due", "confirmed_at")
+    __slots__ = ("lock_ref", "owner", "backend", "call", "ttl_ms", "due", "confirmed_at")
 
-    def __init__(self, lock: Renewable, owner: str, client: Any, key: str, ttl_ms: int) -> None:
+    def __init__(
+        self, lock: Renewable, owner: str, backend: Backend, key: bytes, ttl_ms: int, name: str
+    ) -> None:
         now = time.monotonic()
         # A Lock garbage-collected while held stops being renewed (its lease then
         # runs out) instead of being kept alive by an orphaned entry.
         self.lock_ref = weakref.ref(lock, lambda _ref: watchdog.unwatch(self))
         self.owner = owner
-        self.client = client
-        self.key = key
+        self.backend = backend
+        self.call = Call(renew_script, (key,), (owner, ttl_ms), "renew the lock", name)
         self.ttl_ms = ttl_ms
         self.due = now + ttl_ms / 3000.0
         self.confirmed_at = now
@@ -66,9 +71,11 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
 
-    def watch(self, lock: Renewable, owner: str, client: Any, key: str, ttl_ms: int) -> WatchEntry:
-        """Start renewing *key* for *owner* every ~ttl/3 while *lock* is alive."""
-        entry = WatchEntry(lock, owner, client, key, ttl_ms)
+    def watch(
+        self, lock: Renewable, owner: str, backend: Backend, key: bytes, ttl_ms: int, name: str
+    ) -> WatchEntry:
+        """Start renewing *key* on *backend* for *owner* every ~ttl/3 while *lock* is alive."""
+        entry = WatchEntry(lock, owner, backend, key, ttl_ms, name)
         with self._cond:
             self._entries[id(entry)] = entry
             if self._thread is None:
@@ -129,20 +136,27 @@ class Watchdog:
                 batch = [
                     e for e in self._entries.values() if e.due <= now + min(1.0, e.ttl_ms / 6000.0)
                 ]
-            self._renew(batch)
+            try:
+                self._renew(batch)
+            except Exception:  # pragma: no cover - a bug; the thread must survive it
+                logger.exception("redislock watchdog: renewal round failed")
 
     def _renew(self, batch: list[WatchEntry]) -> None:
-        by_client: dict[int, list[WatchEntry]] = {}
+        by_backend: dict[int, list[WatchEntry]] = {}
         for entry in batch:
             if entry.lock_ref() is None:
                 self.unwatch(entry)
                 continue
-            by_client.setdefault(id(entry.client), []).append(entry)
-        for entries in by_client.values():
+            by_backend.setdefault(id(entry.backend), []).append(entry)
+        for entries in by_backend.values():
             started = time.monotonic()
             try:
-                results = _run_batch(entries)
-            except RedisError as exc:
+                results = entries[0].backend.run_many([e.call for e in entries])
+            except (AmbiguousReply, LockBackendError) as exc:
+                self._renewal_failed(entries, exc)
+                continue
+            except Exception as exc:  # never let the watchdog die
+                logger.exception("redislock renewal batch failed unexpectedly")
                 self._renewal_failed(entries, exc)
                 continue
             for entry, result in zip(entries, results, strict=True):
@@ -160,7 +174,7 @@ class Watchdog:
             if now - entry.confirmed_at >= entry.ttl_ms / 1000.0:
                 self._lose(entry, f"no renewal could be confirmed for a whole lease ({exc})")
             else:
-                logger.warning("redislock renewal of %s failed, retrying: %s", entry.key, exc)
+                logger.warning("redislock renewal of %r failed, retrying: %s", entry.call.name, exc)
                 entry.due = now + min(1.0, entry.ttl_ms / 6000.0)
 
     def _lose(self, entry: WatchEntry, reason: str) -> None:
@@ -174,20 +188,6 @@ class Watchdog:
         self._cond = threading.Condition()
         self._thread = None
         self._wake_at = float("inf")
-
-
-def _run_batch(entries: list[WatchEntry]) -> list[Any]:
-    client = entries[0].client
-    for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        for entry in entries:
-            renew_script.queue(pipe, [entry.key], [entry.owner, entry.ttl_ms])
-        results = pipe.execute(raise_on_error=False)
-        if attempt == 0 and any(isinstance(r, NoScriptError) for r in results):
-            client.script_load(renew_script.source)
-            continue
-        return list(results)
-    return list(results)
 
 
 #: The process's watchdog.

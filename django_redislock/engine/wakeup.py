@@ -26,29 +26,35 @@ import threading
 import time
 from typing import Any
 
-from .exceptions import LockBackendError
+from ..exceptions import LockBackendError
 from .identity import on_fork_in_child, process_token
+from .wake import EarlyGrants, parse_grant
 
 logger = logging.getLogger("django_redislock")
 
 _SUBSCRIBE_TIMEOUT = 5.0
-#: Hand-offs kept for waiters that have not registered yet (oldest dropped).
-_EARLY_GRANTS_KEPT = 256
 
 
 class Waiter:
-    """One blocked acquire. Its event is set when the lock is handed to it,
-    or when it is asked to take over reading the subscription."""
+    """One blocked acquire. Its event is set when the lock is handed to it, when
+    it is asked to take over reading the subscription, or when it is *poked*:
+    asked to look at the lock again because hand-offs may have been missed."""
 
-    __slots__ = ("event", "fence")
+    __slots__ = ("event", "fence", "poked")
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.fence: int | None = None
+        self.poked = False
 
     def deliver(self, fence: int) -> None:
         """Record the hand-off and wake the waiter."""
         self.fence = fence
+        self.event.set()
+
+    def poke(self) -> None:
+        """Wake the waiter so that it asks Redis again."""
+        self.poked = True
         self.event.set()
 
 
@@ -57,19 +63,25 @@ class WakeHub:
 
     def __init__(self, client: Any, channel_prefix: str) -> None:
         self._client = client
+        #: The channel hand-offs to this hub's waiters are published on.
         self.channel = f"{channel_prefix}{process_token()}"
         self.channel_arg = self.channel.encode()
         self._waiters: dict[str, Waiter] = {}
-        self._early: dict[str, int] = {}
+        self._early = EarlyGrants()
         self._lock = threading.Lock()  # guards _waiters and _early
         self._reader = threading.Lock()  # held by the thread reading the subscription
         self._pubsub: Any = None  # used only by the reader
         self._subscribed = False
+        self._confirmations = 0
         self._last_error: BaseException | None = None
 
     @property
     def ready(self) -> bool:
         """Whether Redis has confirmed the subscription on the current connection."""
+        return self._subscribed
+
+    def start(self) -> bool:
+        """Whether the hub is subscribed (this hub subscribes when a waiter reads)."""
         return self._subscribed
 
     def register(self, nonce: str) -> Waiter:
@@ -80,7 +92,7 @@ class WakeHub:
         """
         waiter = Waiter()
         with self._lock:
-            early = self._early.pop(nonce, None)
+            early = self._early.take(nonce)
             self._waiters[nonce] = waiter
         if early is not None:
             waiter.deliver(early)
@@ -109,22 +121,26 @@ class WakeHub:
             raise LockBackendError(f"could not subscribe to the lock wake-up channel: {reason}")
 
     def wait(self, waiter: Waiter, timeout: float) -> int | None:
-        """Block up to *timeout* seconds for a hand-off to *waiter*: its fence, or None."""
+        """Block up to *timeout* seconds for a hand-off to *waiter*: its fence, or None.
+
+        None also when the waiter was poked (look at the lock again).
+        """
         deadline = time.monotonic() + timeout
-        while waiter.fence is None:
+        while waiter.fence is None and not waiter.poked:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
             if self._reader.acquire(blocking=False):
                 try:
-                    self._read(deadline, lambda: waiter.fence is not None)
+                    self._read(deadline, lambda: waiter.fence is not None or waiter.poked)
                 finally:
                     self._reader.release()
                     self._promote()
             else:
                 waiter.event.wait(remaining)
                 if waiter.fence is None:
-                    waiter.event.clear()  # woken to take over reading
+                    waiter.event.clear()  # woken to take over reading, or poked
+        waiter.poked = False
         return waiter.fence
 
     def _promote(self) -> None:
@@ -138,19 +154,24 @@ class WakeHub:
                     return
 
     def _dispatch(self, data: bytes | str) -> None:
-        text = data.decode() if isinstance(data, bytes) else data
-        nonce, _, fence_text = text.partition(" ")
-        fence = int(fence_text)
+        nonce, fence = parse_grant(data)
         with self._lock:
             waiter = self._waiters.get(nonce)
             if waiter is None:
                 # Its waiter has not registered yet (or already gave up): keep
-                # the grant briefly; the oldest are dropped past a small bound.
-                if len(self._early) >= _EARLY_GRANTS_KEPT:
-                    del self._early[next(iter(self._early))]
-                self._early[nonce] = fence
+                # the grant briefly.
+                self._early.put(nonce, fence)
                 return
         waiter.deliver(fence)
+
+    def _resubscribed(self) -> None:
+        """A new subscription after an earlier one: hand-offs published in the gap
+        were lost (redis-py 8 reconnects and re-subscribes silently), so every
+        waiter asks Redis again now rather than at its fallback poll."""
+        with self._lock:
+            waiters = list(self._waiters.values())
+        for waiter in waiters:
+            waiter.poke()
 
     def _read(self, deadline: float, done: Any) -> None:
         """Read the subscription (holding ``_reader``) until ``done()`` or *deadline*."""
@@ -174,6 +195,9 @@ class WakeHub:
             if kind == "subscribe":
                 self._subscribed = True
                 self._last_error = None
+                self._confirmations += 1
+                if self._confirmations > 1:
+                    self._resubscribed()
             elif kind == "message":
                 self._dispatch(message["data"])
 

@@ -1,9 +1,9 @@
-"""The Lua scripts behind every lock operation, and how they are run.
+"""The Lua scripts behind every lock operation (text only: the backends run them).
 
 Each operation that reads and then changes a lock is one script, so it is
-atomic. Scripts are sent with EVALSHA and loaded on ``NOSCRIPT``.
+atomic. Backends send them with EVALSHA and load them on ``NOSCRIPT``.
 
-All scripts take the same four keys (see :mod:`django_redislock.keys`):
+All scripts take the same four keys (see :mod:`django_redislock.engine.keys`):
 ``KEYS[1]`` lock hash, ``KEYS[2]`` fence hash, ``KEYS[3]`` waiter queue (list),
 ``KEYS[4]`` waiter entries (hash).
 
@@ -25,13 +25,6 @@ entries whose expiry passed (their process died) are skipped.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from typing import Any
-
-import redis
-from redis.exceptions import NoScriptError
-
-from .exceptions import LockBackendError
 
 # Shared by every script that may grant the lock. On Redis 7 each redis.call
 # costs microseconds of overhead and so does defining helper functions, so the
@@ -286,54 +279,24 @@ return new
 """
 
 
-def decode_attempt(reply: Any) -> tuple[bool, int, int]:
-    """Decode an ACQUIRE/CANCEL reply into (held, fence or pttl_ms, hold count).
-
-    The common replies are one integer, which is cheaper to parse than an array:
-    a fresh grant is its fencing token (> 0), "held by someone else" is
-    ``-2 - pttl`` (so ``pttl`` is -1 for a lock without expiry).
-    """
-    if isinstance(reply, int):
-        if reply > 0:
-            return True, reply, 1
-        return False, -2 - reply, 0
-    return True, int(reply[0]), int(reply[1])
-
-
 class Script:
-    """A Lua script run with EVALSHA, loaded into Redis on ``NOSCRIPT``."""
+    """A Lua script and its SHA1, as sent with EVALSHA (the backends load it on NOSCRIPT)."""
 
-    def __init__(self, source: str) -> None:
+    __slots__ = ("source", "sha", "name")
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
         self.source = source
         self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
 
-    def __call__(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
-        """Run the script on *client*; Redis errors are left for the caller to map."""
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            client.script_load(self.source)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-
-    def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Any]) -> None:
-        """Queue the script on a pipeline (see :func:`run_pipeline_with_reload`)."""
-        pipe.evalsha(self.sha, len(keys), *keys, *args)
+    def __repr__(self) -> str:
+        return f"<Script {self.name} {self.sha[:8]}>"
 
 
-acquire_script = Script(ACQUIRE)
-release_script = Script(RELEASE)
-extend_script = Script(EXTEND)
-renew_script = Script(RENEW)
-cancel_script = Script(CANCEL)
-force_release_script = Script(FORCE_RELEASE)
-force_extend_script = Script(FORCE_EXTEND)
-
-
-def backend_error(exc: BaseException, action: str, name: str | None) -> LockBackendError:
-    """Wrap a redis-py exception raised while doing *action* in a LockBackendError."""
-    err = LockBackendError(f"Redis error while trying to {action}: {exc}", name=name)
-    err.__cause__ = exc
-    return err
-
-
-AMBIGUOUS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+acquire_script = Script("acquire", ACQUIRE)
+release_script = Script("release", RELEASE)
+extend_script = Script("extend", EXTEND)
+renew_script = Script("renew", RENEW)
+cancel_script = Script("cancel", CANCEL)
+force_release_script = Script("force_release", FORCE_RELEASE)
+force_extend_script = Script("force_extend", FORCE_EXTEND)

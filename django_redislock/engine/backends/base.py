@@ -1,0 +1,102 @@
+"""The backend interface, its capability flags, and redis-py error mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from redis.exceptions import ConnectionError, RedisError, TimeoutError
+
+from ...exceptions import LockBackendError
+from ..calls import AmbiguousReply, Call
+from ..info import LockInfo
+from ..keys import KeySpace
+
+if TYPE_CHECKING:
+    from ..awakeup import AsyncWakeHub
+    from ..wakeup import WakeHub
+
+#: redis-py errors after which a command may or may not have run.
+AMBIGUOUS_ERRORS = (ConnectionError, TimeoutError)
+
+
+@dataclass(frozen=True)
+class BackendFeatures:
+    """What a backend can do (like the ``features`` of Django's database backends)."""
+
+    #: FIFO queue and direct hand-off inside the scripts.
+    hands_off: bool = True
+    #: Acquire needs a majority of several masters (Redlock).
+    quorum: bool = False
+    #: Fencing tokens of one name increase strictly across holders.
+    monotonic_fencing: bool = True
+    #: Kind of listing cursor: "int" (one SCAN) or "composite" (one per node).
+    cursor: str = "int"
+
+
+class Backend(Protocol):
+    """A blocking backend."""
+
+    features: BackendFeatures
+    keyspace: KeySpace
+    #: How long (ms, as bytes for the scripts) the per-name fence hash is kept.
+    retention_arg: bytes
+
+    def run(self, call: Call) -> Any:
+        """Run *call*; raise AmbiguousReply or LockBackendError."""
+
+    def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Run *calls* in one round trip; each reply, or the LockBackendError it raised.
+
+        Raises AmbiguousReply/LockBackendError when the whole batch failed.
+        """
+
+    def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
+        """One step of a key scan: (next cursor, keys); cursor "0" starts and ends."""
+
+    def load(self, keys: Sequence[str]) -> list[LockInfo]:
+        """Snapshots of the locks at *keys* (those that exist), in one round trip."""
+
+    def server_config(self, pattern: str) -> dict[str, str]:
+        """The server's ``CONFIG GET pattern`` (raises LockBackendError where refused)."""
+
+    def hub(self) -> WakeHub:
+        """This process's wake-up hub for this backend."""
+
+
+class AsyncBackend(Protocol):
+    """An asyncio backend: the same operations as :class:`Backend`, awaitable."""
+
+    features: BackendFeatures
+    keyspace: KeySpace
+    retention_arg: bytes
+
+    async def run(self, call: Call) -> Any:
+        """Run *call*; raise AmbiguousReply or LockBackendError."""
+
+    async def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
+        """One step of a key scan: (next cursor, keys)."""
+
+    async def load(self, keys: Sequence[str]) -> list[LockInfo]:
+        """Snapshots of the locks at *keys* (those that exist)."""
+
+    def hub(self) -> AsyncWakeHub:
+        """This event loop's wake-up hub for this backend."""
+
+    async def aclose(self) -> None:
+        """Close the connections (the hub's too)."""
+
+
+def backend_error(exc: BaseException, action: str, name: str | None) -> LockBackendError:
+    """Wrap a redis-py exception raised while doing *action* in a LockBackendError."""
+    err = LockBackendError(f"Redis error while trying to {action}: {exc}", name=name)
+    err.__cause__ = exc
+    return err
+
+
+def call_error(exc: RedisError, call: Call) -> Exception:
+    """The exception a failed *call* raises: AmbiguousReply when it may have run."""
+    if isinstance(exc, AMBIGUOUS_ERRORS):
+        return AmbiguousReply(exc)
+    return backend_error(exc, call.action, call.name)

@@ -1,0 +1,199 @@
+"""One Redis master (plain or behind Sentinel): the sync and the asyncio backend.
+
+Both share everything but the I/O: how replies of a snapshot load are read,
+how a NOSCRIPT is answered, what a failed call raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from ..awakeup import AsyncWakeHub
+from ..calls import Call
+from ..info import LockInfo
+from ..keys import KeySpace
+from ..wakeup import WakeHub, hub_for
+from .base import BackendFeatures, backend_error, call_error
+
+
+class _Single:
+    """What both single-master backends hold."""
+
+    features = BackendFeatures()
+
+    def __init__(self, client: Any, keyspace: KeySpace, retention_ms: int) -> None:
+        self.client = client
+        self.keyspace = keyspace
+        self.retention_ms = retention_ms
+        self.retention_arg = str(retention_ms).encode()
+
+    def _infos(self, keys: Sequence[Any], replies: list[Any]) -> list[LockInfo]:
+        infos: list[LockInfo] = []
+        for i, raw_key in enumerate(keys):
+            fields, pttl = replies[2 * i], replies[2 * i + 1]
+            if isinstance(pttl, Exception):
+                raise backend_error(pttl, "read the locks", None)
+            if isinstance(fields, ResponseError) and "WRONGTYPE" in str(fields):
+                fields = None  # not a hash: another tool's key
+            elif isinstance(fields, Exception):
+                raise backend_error(fields, "read the locks", None)
+            key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else raw_key
+            name = self.keyspace.name_from_key(key)
+            if name is not None and int(pttl) != -2:
+                infos.append(LockInfo.from_redis(name, key, fields, int(pttl)))
+        return infos
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.client!r} prefix={self.keyspace.prefix!r}>"
+
+
+class SingleBackend(_Single):
+    """A blocking backend on one redis-py client."""
+
+    def run(self, call: Call) -> Any:
+        """Run *call* with EVALSHA (loading the script on NOSCRIPT)."""
+        client, script = self.client, call.script
+        try:
+            try:
+                return client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+            except NoScriptError:
+                client.script_load(script.source)
+                return client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        except RedisError as exc:
+            raise call_error(exc, call) from exc
+
+    def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Run *calls* in one pipelined round trip (loading scripts once on NOSCRIPT)."""
+        if not calls:
+            return []
+        try:
+            for attempt in range(2):
+                pipe = self.client.pipeline(transaction=False)
+                for call in calls:
+                    pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+                results = pipe.execute(raise_on_error=False)
+                missing = {
+                    c.script.sha: c.script
+                    for c, r in zip(calls, results, strict=True)
+                    if isinstance(r, NoScriptError)
+                }
+                if not missing or attempt:
+                    break
+                for script in missing.values():
+                    self.client.script_load(script.source)
+        except RedisError as exc:
+            raise call_error(exc, calls[0]) from exc
+        return [
+            backend_error(r, c.action, c.name) if isinstance(r, Exception) else r
+            for c, r in zip(calls, results, strict=True)
+        ]
+
+    def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
+        """One SCAN step; a cursor that is not a number starts over."""
+        start = _cursor(cursor)
+        try:
+            next_cursor, keys = self.client.scan(start, match=pattern, count=count)
+        except RedisError as exc:
+            raise backend_error(exc, "list the locks", None) from exc
+        return str(int(next_cursor)), list(keys)
+
+    def load(self, keys: Sequence[str]) -> list[LockInfo]:
+        """Snapshot the locks at *keys* (HGETALL + PTTL each) in one round trip."""
+        if not keys:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+            pipe.pttl(key)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except RedisError as exc:
+            raise backend_error(exc, "read the locks", None) from exc
+        return self._infos(keys, replies)
+
+    def server_config(self, pattern: str) -> dict[str, str]:
+        """``CONFIG GET pattern`` as text."""
+        try:
+            reply = self.client.config_get(pattern)
+        except RedisError as exc:
+            raise backend_error(exc, "read the server's configuration", None) from exc
+        return {_text(k): _text(v) for k, v in reply.items()}
+
+    def hub(self) -> WakeHub:
+        """This process's wake-up hub for the client's connection pool."""
+        return hub_for(self.client, self.keyspace.wake_prefix)
+
+
+class AsyncSingleBackend(_Single):
+    """An asyncio backend on one ``redis.asyncio`` client (bound to one event loop)."""
+
+    def __init__(self, client: Any, keyspace: KeySpace, retention_ms: int) -> None:
+        super().__init__(client, keyspace, retention_ms)
+        self._hub: AsyncWakeHub | None = None
+
+    async def run(self, call: Call) -> Any:
+        """Run *call* with EVALSHA (loading the script on NOSCRIPT)."""
+        client, script = self.client, call.script
+        try:
+            try:
+                return await client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+            except NoScriptError:
+                await client.script_load(script.source)
+                return await client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        except RedisError as exc:
+            raise call_error(exc, call) from exc
+
+    async def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
+        """One SCAN step; a cursor that is not a number starts over."""
+        start = _cursor(cursor)
+        try:
+            next_cursor, keys = await self.client.scan(start, match=pattern, count=count)
+        except RedisError as exc:
+            raise backend_error(exc, "list the locks", None) from exc
+        return str(int(next_cursor)), list(keys)
+
+    async def load(self, keys: Sequence[str]) -> list[LockInfo]:
+        """Snapshot the locks at *keys* (HGETALL + PTTL each) in one round trip."""
+        if not keys:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+            pipe.pttl(key)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except RedisError as exc:
+            raise backend_error(exc, "read the locks", None) from exc
+        return self._infos(keys, replies)
+
+    def hub(self) -> AsyncWakeHub:
+        """The running event loop's wake-up hub for this client."""
+        if self._hub is None:
+            self._hub = AsyncWakeHub(self.client, self.keyspace.wake_prefix)
+        return self._hub
+
+    async def aclose(self) -> None:
+        """Stop the hub and close the client's connections."""
+        if self._hub is not None:
+            await self._hub.aclose()
+        try:
+            await self.client.aclose()
+        except (RedisError, OSError, RuntimeError, asyncio.CancelledError):
+            pass
+
+
+def _cursor(text: str) -> int:
+    """A SCAN cursor from its text; one that is not an unsigned 64-bit number starts over."""
+    try:
+        value = int(text)
+    except ValueError:
+        return 0
+    return value if 0 <= value < 2**64 else 0
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

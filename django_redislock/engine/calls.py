@@ -1,0 +1,86 @@
+"""What a lock sends to Redis and how it reads the answers (pure).
+
+A :class:`Call` names a script, its keys and arguments; the backends run it.
+The decoders turn replies into values the flows and primitives decide on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .scripts import Script
+
+
+class AmbiguousReply(Exception):
+    """The command may or may not have run (the connection dropped or timed out).
+
+    Raised by a backend for state-changing calls; the flows retry once with the
+    same nonce, which makes the scripts answer what really happened.
+    """
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One script run: the script, its keys and arguments, and what it is for."""
+
+    script: Script
+    keys: Sequence[bytes | str]
+    args: Sequence[Any]
+    #: What the call does, for error messages ("acquire the lock").
+    action: str
+    #: The lock's name, for error messages (None for calls on many locks).
+    name: str | None = None
+
+
+class Attempt(NamedTuple):
+    """The outcome of an acquire or a cancelled wait."""
+
+    held: bool
+    #: The fencing token when held; else the holder's remaining lease in ms (-1: no expiry).
+    value: int
+    #: The owner's hold count in Redis when held (0 otherwise).
+    holds: int
+
+
+def decode_attempt(reply: Any) -> Attempt:
+    """Decode an ACQUIRE/CANCEL reply.
+
+    The common replies are one integer, which is cheaper to parse than an array:
+    a fresh grant is its fencing token (> 0), "held by someone else" is
+    ``-2 - pttl`` (so ``pttl`` is -1 for a lock without expiry); a re-entry or a
+    repeated acquire is ``{fence, count}``.
+    """
+    if isinstance(reply, int):
+        if reply > 0:
+            return Attempt(True, reply, 1)
+        return Attempt(False, -2 - reply, 0)
+    return Attempt(True, int(reply[0]), int(reply[1]))
+
+
+@dataclass(frozen=True)
+class ExtendResult:
+    """The outcome of an operator's ``force_extend``."""
+
+    #: One of "extended", "gone", "changed" (owner/token differ), "no-expiry".
+    status: str
+    #: The new remaining lease in seconds when extended, else None.
+    ttl: float | None = None
+
+    @property
+    def extended(self) -> bool:
+        """True if the lease was lengthened."""
+        return self.status == "extended"
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> ExtendResult:
+        """Decode a FORCE_EXTEND reply (new lease in ms, or 0 / -1 / -2)."""
+        value = int(reply)
+        if value > 0:
+            return cls("extended", value / 1000.0)
+        return cls({0: "gone", -1: "changed", -2: "no-expiry"}[value])

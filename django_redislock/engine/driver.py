@@ -1,0 +1,95 @@
+"""Where a flow meets I/O: one driver that blocks, one for asyncio.
+
+The two loops below are the only code that differs between the sync and the
+async API. Each owns the wake-up registrations its flow made and drops them
+when the flow ends, however it ends.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .calls import AmbiguousReply
+from .flows import HUB_READY, SUBSCRIBE, Flow, Listen, Park, Run
+
+if TYPE_CHECKING:
+    from .awakeup import AsyncWaiter, AsyncWakeHub
+    from .backends.base import AsyncBackend, Backend
+    from .wakeup import Waiter, WakeHub
+
+
+def run_sync(flow: Flow, backend: Backend) -> Any:
+    """Run *flow* to its end with blocking calls on *backend*; return its value."""
+    hub: WakeHub | None = None
+    waits: dict[str, Waiter] = {}
+    reply: Any = None
+    error: AmbiguousReply | None = None
+    try:
+        while True:
+            try:
+                effect = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value
+            error = None
+            try:
+                if type(effect) is Run:
+                    reply = backend.run(effect.call)
+                    continue
+                hub = hub or backend.hub()
+                if type(effect) is Park:
+                    reply = hub.wait(waits[effect.nonce], effect.seconds)
+                elif effect is SUBSCRIBE:
+                    hub.wait_ready()
+                    reply = None
+                else:
+                    reply = _hub_effect(hub, waits, effect)
+            except AmbiguousReply as exc:
+                reply, error = None, exc
+    finally:
+        if hub is not None:
+            for nonce in waits:
+                hub.unregister(nonce)
+
+
+async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
+    """Run *flow* to its end on asyncio with *backend*; return its value."""
+    hub: AsyncWakeHub | None = None
+    waits: dict[str, AsyncWaiter] = {}
+    reply: Any = None
+    error: AmbiguousReply | None = None
+    try:
+        while True:
+            try:
+                effect = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value
+            error = None
+            try:
+                if type(effect) is Run:
+                    reply = await backend.run(effect.call)
+                    continue
+                hub = hub or backend.hub()
+                if type(effect) is Park:
+                    reply = await hub.wait(waits[effect.nonce], effect.seconds)
+                elif effect is SUBSCRIBE:
+                    await hub.wait_ready()
+                    reply = None
+                else:
+                    reply = _hub_effect(hub, waits, effect)
+            except AmbiguousReply as exc:
+                reply, error = None, exc
+    finally:
+        if hub is not None:
+            for nonce in waits:
+                hub.unregister(nonce)
+        flow.close()
+
+
+def _hub_effect(hub: Any, waits: dict[str, Any], effect: Any) -> Any:
+    """The effects that never block, the same for both hubs."""
+    if type(effect) is Listen:
+        waits[effect.nonce] = hub.register(effect.nonce)
+        return hub.ready
+    if effect is HUB_READY:
+        return (hub.start(), hub.channel_arg)
+    raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - a flow bug

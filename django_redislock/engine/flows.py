@@ -1,0 +1,159 @@
+"""The lock operations as flows: every decision written once, with no I/O.
+
+A flow is a generator that *yields effects* (run this script, wait for a
+hand-off, ...) and receives their outcomes; :mod:`.driver` runs it, once
+blocking (``run_sync``) and once on asyncio (``run_async``). An I/O outcome
+that leaves a script's effect unknown is thrown into the flow as
+:class:`~.calls.AmbiguousReply`.
+
+Effects and what the driver sends back:
+
+* :class:`Run` -- the script's raw reply;
+* :data:`HUB_READY` -- ``(subscribed, channel)`` of this driver's wake-up hub;
+* :class:`Listen` -- registers the wait for hand-offs (the driver forgets it
+  when the flow ends, however it ends); whether the hub is subscribed now;
+* :data:`SUBSCRIBE` -- None once the hub's subscription is confirmed;
+* :class:`Park` -- the fencing token handed to the wait, or None (time is up,
+  or the hub asks every waiter to look again after a reconnect).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ..exceptions import LockBackendError
+from .calls import AmbiguousReply, Attempt, Call, decode_attempt
+
+#: Upper bound of one wait between fallback polls (seconds).
+POLL_SLICE = 1.0
+
+
+class Run(NamedTuple):
+    """Run one script."""
+
+    call: Call
+
+
+class Listen(NamedTuple):
+    """Register the wait *nonce* with the wake-up hub."""
+
+    nonce: str
+
+
+class Park(NamedTuple):
+    """Wait up to *seconds* for a hand-off to the wait *nonce*."""
+
+    nonce: str
+    seconds: float
+
+
+class _HubReady:
+    __slots__ = ()
+
+
+class _Subscribe:
+    __slots__ = ()
+
+
+HUB_READY = _HubReady()
+SUBSCRIBE = _Subscribe()
+
+Effect = Run | Listen | Park | _HubReady | _Subscribe
+Flow = Generator[Effect, Any, Any]
+
+
+def run(call: Call) -> Generator[Effect, Any, Any]:
+    """Run *call*; when the reply is lost, ask once more (the nonce makes that safe)."""
+    try:
+        return (yield Run(call))
+    except AmbiguousReply:
+        pass  # the script may or may not have run: the same call tells us which
+    try:
+        return (yield Run(call))
+    except AmbiguousReply as exc:
+        error = LockBackendError(
+            f"Redis error while trying to {call.action}: {exc.cause}", name=call.name
+        )
+        raise error from exc.cause
+
+
+@dataclass(slots=True)
+class AcquireOp:
+    """One acquire: how to build its calls, and the caller's waiting policy."""
+
+    #: ``call(channel)`` builds the acquire call; ``channel`` b"" means "do not queue".
+    call: Callable[[bytes], Call]
+    cancel_call: Callable[[], Call]
+    nonce: str
+    blocking: bool
+    #: Seconds to wait (None: no limit); only with *blocking*.
+    timeout: float | None
+    #: Told the holder's remaining lease (ms, -1 without expiry) when the lock is held.
+    on_contended: Callable[[int], None] | None = None
+    clock: Callable[[], float] = time.monotonic
+    jitter: Callable[[], float] = lambda: random.uniform(0.75, 1.0)
+
+
+def next_pause(pttl_ms: int, deadline: float | None, now: float, jitter: float) -> float | None:
+    """How long a queued waiter sleeps before asking again; None once its deadline passed.
+
+    A bounded, jittered fallback poll (the hand-off normally wakes it first),
+    never past the holder's lease (a crashed holder frees the lock then), never
+    past the caller's deadline.
+    """
+    pause = POLL_SLICE * jitter
+    if pttl_ms >= 0:
+        pause = min(pause, pttl_ms / 1000.0 + 0.001)
+    if deadline is not None:
+        if now >= deadline:
+            return None
+        pause = min(pause, deadline - now)
+    return pause
+
+
+def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
+    """Acquire, waiting in the FIFO queue for a hand-off when *op* blocks."""
+    if not op.blocking:
+        attempt = decode_attempt((yield from run(op.call(b""))))
+        if not attempt.held and op.on_contended is not None:
+            op.on_contended(attempt.value)
+        return attempt
+    deadline = None if op.timeout is None else op.clock() + op.timeout
+    ready, channel = yield HUB_READY
+    attempt = decode_attempt((yield from run(op.call(channel))))
+    if attempt.held:
+        return attempt
+    if op.on_contended is not None:
+        op.on_contended(attempt.value)
+    # Queued. A hand-off published from now on reaches the hub, which keeps it
+    # for this wait even if it arrives before the registration.
+    subscribed = yield Listen(op.nonce)
+    if not (ready and subscribed):
+        # The hub was not subscribed when we queued: a hand-off published
+        # meanwhile was missed, so ask once more after subscribing.
+        yield SUBSCRIBE
+        attempt = decode_attempt((yield from run(op.call(channel))))
+    while not attempt.held:
+        pause = next_pause(attempt.value, deadline, op.clock(), op.jitter())
+        if pause is None:
+            # Leave the queue -- or learn that the lock was handed to us meanwhile.
+            return decode_attempt((yield from run(op.cancel_call())))
+        fence = yield Park(op.nonce, pause)
+        if fence is not None:
+            return Attempt(True, fence, 1)
+        attempt = decode_attempt((yield from run(op.call(channel))))
+    return attempt
+
+
+def cancel(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
+    """Resolve an acquire abandoned mid-flight: leave the queue, or find it was granted."""
+    return decode_attempt((yield from run(op.cancel_call())))
+
+
+def call_once(call: Call) -> Generator[Effect, Any, Any]:
+    """A flow of one idempotent call (release, extend, operator actions)."""
+    return (yield from run(call))

@@ -1,0 +1,91 @@
+"""What one lock object knows about its owners' holds (pure bookkeeping).
+
+Redis is the truth; this table is the client's view of it, per owner: the
+fencing token and local hold count, the watchdog entry renewing it, why it was
+lost, and the nonce of a release whose outcome is not known yet (retried with
+the same nonce, so it cannot count twice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Hold:
+    """One owner's hold of one lock."""
+
+    fence: int
+    count: int
+    #: The watchdog entry renewing it (None when not renewed).
+    watch: Any = None
+    #: Why the hold was lost (None while it is believed held).
+    lost_reason: str | None = None
+
+
+class HoldTable:
+    """Holds by owner, and the pending release nonces."""
+
+    __slots__ = ("_holds", "_pending")
+
+    def __init__(self) -> None:
+        self._holds: dict[str, Hold] = {}
+        self._pending: dict[tuple[str, bool], str] = {}
+
+    def get(self, owner: str) -> Hold | None:
+        """The hold of *owner*, if it has one."""
+        return self._holds.get(owner)
+
+    def acquired(self, owner: str, fence: int, count: int) -> tuple[Hold, Hold | None]:
+        """Record a grant with Redis's hold *count*: ``(hold, replaced)``.
+
+        A first hold (Redis count 1, or no live local hold) starts a new
+        :class:`Hold` -- *replaced* is then the previous one, whose renewal must
+        stop; a re-entry adds to the existing hold and *replaced* is None with
+        ``hold.watch`` kept. A new hold has ``watch`` None.
+        """
+        hold = self._holds.get(owner)
+        if hold is None or hold.lost_reason is not None or count == 1:
+            new = self._holds[owner] = Hold(fence=fence, count=1)
+            return new, hold
+        hold.count += 1
+        return hold, None
+
+    def release_nonce(self, owner: str, everything: bool, new_nonce: Callable[[], str]) -> str:
+        """The nonce of the next release: a pending one's again, else a new one."""
+        key = (owner, everything)
+        nonce = self._pending.get(key)
+        if nonce is None:
+            nonce = self._pending[key] = new_nonce()
+        return nonce
+
+    def released(self, owner: str, everything: bool, remaining: int) -> Hold | None:
+        """Record Redis's answer to a release; returns the hold now forgotten, if any.
+
+        *remaining* is the hold count left in Redis (-1: the owner did not hold
+        the lock, so the local hold is forgotten too).
+        """
+        self._pending.pop((owner, everything), None)
+        hold = self._holds.get(owner)
+        if hold is None:
+            return None
+        if remaining >= 0:
+            hold.count -= 1
+            if hold.count > 0 and remaining > 0:
+                return None
+        return self._holds.pop(owner)
+
+    def forget(self, owner: str) -> Hold | None:
+        """Drop *owner*'s hold without telling Redis; returns it."""
+        return self._holds.pop(owner, None)
+
+    def mark_lost(self, owner: str, reason: str) -> Hold | None:
+        """Record that *owner*'s hold was lost; returns it if this is news."""
+        hold = self._holds.get(owner)
+        if hold is None or hold.lost_reason is not None:
+            return None
+        hold.lost_reason = reason
+        hold.watch = None
+        return hold

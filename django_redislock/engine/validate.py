@@ -1,0 +1,82 @@
+"""Argument checks shared by every primitive and the manager (pure)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+#: Longest lock name accepted, in characters.
+MAX_NAME_LENGTH = 1024
+#: Longest explicit owner accepted, in characters.
+MAX_OWNER_LENGTH = 256
+
+
+def validate_name(name: object) -> str:
+    """Return *name* if it is a usable lock name, else raise TypeError/ValueError."""
+    if not isinstance(name, str):
+        raise TypeError(f"lock name must be a str, not {type(name).__name__}")
+    if not name:
+        raise ValueError("lock name must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"lock name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"lock name cannot be encoded as UTF-8: {exc}") from None
+    return name
+
+
+def validate_seconds(value: object, what: str) -> float:
+    """Return *value* as positive finite seconds, or raise TypeError/ValueError naming *what*."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def validate_wait(value: object, what: str) -> float | None:
+    """A wait limit: None (no limit), 0 (one attempt, as in redis-py) or positive seconds."""
+    if value is None:
+        return None
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and value == 0:
+        return 0.0
+    return validate_seconds(value, what)
+
+
+def to_millis(seconds: float, what: str) -> int:
+    """Convert positive *seconds* to whole milliseconds (at least 1)."""
+    ms = int(round(seconds * 1000))
+    if ms < 1:
+        raise ValueError(f"{what} must be at least 1 ms, got {seconds!r} s")
+    return ms
+
+
+def validate_owner(owner: object) -> str:
+    """Return *owner* as a str (bytes are decoded, as redis-py's ``token=`` allows)."""
+    if isinstance(owner, bytes):
+        try:
+            owner = owner.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("owner bytes must be UTF-8") from None
+    if not isinstance(owner, str):
+        raise TypeError(f"owner must be a str or bytes, not {type(owner).__name__}")
+    if not owner or len(owner) > MAX_OWNER_LENGTH:
+        raise ValueError(f"owner must be 1 to {MAX_OWNER_LENGTH} characters long")
+    return owner
+
+
+def json_dict(value: object, what: str) -> dict[str, Any] | None:
+    """Return *value* if it is None or a JSON-serialisable dict, else raise TypeError."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} must be a dict, not {type(value).__name__}")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
+    return value

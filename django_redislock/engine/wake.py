@@ -1,0 +1,38 @@
+"""The hand-off message and the buffer of early grants, shared by both wake-up hubs (pure).
+
+A release that hands the lock to a waiter publishes ``"<nonce> <fence>"`` on
+the waiter's hub channel. A grant can arrive before its waiter has registered
+(the waiter queued, and the release came first): the hub keeps it briefly.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+#: Hand-offs kept for waiters that have not registered yet (oldest dropped).
+EARLY_GRANTS_KEPT = 256
+
+
+def parse_grant(data: bytes | str) -> tuple[str, int]:
+    """Split a hand-off message into (nonce of the wait, fencing token)."""
+    text = data.decode() if isinstance(data, bytes) else data
+    nonce, _, fence = text.partition(" ")
+    return nonce, int(fence)
+
+
+class EarlyGrants:
+    """Grants for waits not registered yet, bounded (not thread-safe: callers lock)."""
+
+    def __init__(self, kept: int = EARLY_GRANTS_KEPT) -> None:
+        self._kept = kept
+        self._grants: OrderedDict[str, int] = OrderedDict()
+
+    def put(self, nonce: str, fence: int) -> None:
+        """Keep *fence* for the wait *nonce*, dropping the oldest past the bound."""
+        if len(self._grants) >= self._kept:
+            self._grants.popitem(last=False)
+        self._grants[nonce] = fence
+
+    def take(self, nonce: str) -> int | None:
+        """The grant kept for *nonce*, if any (removed)."""
+        return self._grants.pop(nonce, None)

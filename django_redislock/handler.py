@@ -1,0 +1,131 @@
+"""Settings to backends: which Redis the locks use, resolved once and cached.
+
+Like Django's cache handler turns ``CACHES`` into cache objects, a
+:class:`BackendSource` turns the ``REDISLOCK_*`` settings (or an explicit
+client) into engine backends: one blocking backend, and one asyncio backend per
+event loop (redis.asyncio connections belong to the loop that made them; each
+is closed with its loop). Both are forgotten when a ``REDISLOCK_*`` setting or
+``CACHES`` changes, so ``override_settings`` works.
+
+``default_source`` serves ``django_redislock.locks`` and every ``Lock`` made
+without a manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from typing import Any
+
+from django.core.signals import setting_changed
+
+from .conf import get_setting
+from .connection import async_twin, is_async_client, resolve_client, sync_twin
+from .engine.backends.single import AsyncSingleBackend, SingleBackend
+from .engine.keys import KeySpace
+from .engine.validate import to_millis, validate_seconds
+
+
+class BackendSource:
+    """Resolves the backends of one lock manager.
+
+    :param cache_alias: the Django cache whose Redis client to use.
+    :param url: a Redis URL to use instead of a cache alias.
+    :param key_prefix: the key prefix (default ``REDISLOCK_KEY_PREFIX``).
+    :param client: a ready blocking redis-py client.
+    :param async_client: a ready ``redis.asyncio`` client (bound to its event loop).
+    """
+
+    def __init__(
+        self,
+        cache_alias: str | None = None,
+        *,
+        url: str | None = None,
+        key_prefix: str | None = None,
+        client: Any = None,
+        async_client: Any = None,
+    ) -> None:
+        if client is not None and is_async_client(client):
+            raise TypeError(
+                "client= takes a blocking redis-py client, but this is a redis.asyncio "
+                "client: pass it as async_client= instead"
+            )
+        if async_client is not None and not is_async_client(async_client):
+            raise TypeError(
+                "async_client= takes a redis.asyncio client, but this is a "
+                f"{type(async_client).__name__}: pass a blocking client as client= instead"
+            )
+        self.cache_alias = cache_alias
+        self.url = url
+        self.key_prefix = key_prefix
+        self._client = client
+        self._async_client = async_client
+        self._backend: SingleBackend | None = None
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSingleBackend]
+        self._async = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        setting_changed.connect(self._on_setting_changed, weak=True)
+
+    def _on_setting_changed(self, setting: str, **kwargs: Any) -> None:
+        if setting.startswith("REDISLOCK_") or setting == "CACHES":
+            self._backend = None
+            self._async = weakref.WeakKeyDictionary()
+
+    def _keyspace_and_retention(self) -> tuple[KeySpace, int]:
+        retention = validate_seconds(
+            get_setting("REDISLOCK_FENCE_RETENTION"), "REDISLOCK_FENCE_RETENTION"
+        )
+        keyspace = KeySpace(self.key_prefix or get_setting("REDISLOCK_KEY_PREFIX"))
+        return keyspace, to_millis(retention, "REDISLOCK_FENCE_RETENTION")
+
+    def backend(self) -> SingleBackend:
+        """The blocking backend (resolved on first use, then cached)."""
+        backend = self._backend
+        if backend is None:
+            with self._lock:
+                backend = self._backend
+                if backend is None:
+                    if self._client is not None:
+                        client = self._client
+                    elif self._async_client is not None:
+                        client = sync_twin(self._async_client)
+                    else:
+                        client = resolve_client(self.cache_alias, self.url)
+                    backend = self._backend = SingleBackend(client, *self._keyspace_and_retention())
+        return backend
+
+    def abackend(self) -> AsyncSingleBackend:
+        """The asyncio backend of the running event loop (made on first use in each loop)."""
+        loop = asyncio.get_running_loop()
+        backend = self._async.get(loop)
+        if backend is None:
+            if self._async_client is not None:
+                backend = AsyncSingleBackend(self._async_client, *self._keyspace_and_retention())
+            else:
+                sync = self.backend()
+                backend = AsyncSingleBackend(
+                    async_twin(sync.client), sync.keyspace, sync.retention_ms
+                )
+                _close_with_loop(loop, backend)
+            self._async[loop] = backend
+        return backend
+
+
+def _close_with_loop(loop: asyncio.AbstractEventLoop, backend: AsyncSingleBackend) -> None:
+    """Close *backend*'s connections when *loop* closes (they cannot outlive it)."""
+    original = loop.close
+
+    def close() -> None:
+        if not loop.is_closed() and not loop.is_running():
+            try:
+                loop.run_until_complete(backend.aclose())
+            except Exception:  # closing is best effort: the loop is going away
+                pass
+        original()
+
+    loop.close = close  # type: ignore[method-assign]
+
+
+#: The source of ``django_redislock.locks`` and of every Lock made without a manager.
+default_source = BackendSource()
