@@ -12,6 +12,7 @@ they reveal nothing about the host and cannot be guessed.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import os
 import secrets
@@ -25,6 +26,15 @@ _thread_state = threading.local()
 _task_tokens: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.WeakKeyDictionary()
 _task_tokens_lock = threading.Lock()
 _fork_hooks: list[Callable[[], None]] = []
+#: The owner of sync code run by asgiref's ``sync_to_async`` (see current_owner).
+_call_owner: contextvars.ContextVar[str] = contextvars.ContextVar("redislock_call_owner")
+
+try:  # asgiref comes with Django; the engine does not need it otherwise
+    from asgiref.sync import SyncToAsync
+
+    _asgiref_thread: threading.local | None = SyncToAsync.threadlocal
+except ImportError:  # pragma: no cover
+    _asgiref_thread = None
 
 HOSTNAME = socket.gethostname()
 
@@ -43,7 +53,14 @@ def process_token() -> str:
 
 
 def current_owner() -> str:
-    """The owner token of the running asyncio task, or else of the current thread."""
+    """The owner token of the running asyncio task, or else of the current thread.
+
+    Sync code that asgiref's ``sync_to_async`` runs for a coroutine is owned by
+    the calling task's context, not by the worker thread: outside a
+    ``ThreadSensitiveContext`` one thread serves every task, and two tasks must
+    not pass for one owner. asgiref copies context variables back to the
+    caller, so one task's successive ``sync_to_async`` calls share an owner.
+    """
     try:
         task = asyncio.current_task()
     except RuntimeError:
@@ -54,6 +71,12 @@ def current_owner() -> str:
             with _task_tokens_lock:
                 token = _task_tokens.setdefault(task, secrets.token_hex(8))
         return f"{_process_token}:t{token}"
+    if _asgiref_thread is not None and getattr(_asgiref_thread, "main_event_loop", None):
+        token = _call_owner.get(None)
+        if token is None or not token.startswith(_process_token):
+            token = f"{_process_token}:c{secrets.token_hex(8)}"
+            _call_owner.set(token)
+        return token
     # (process token, owner token): a thread that survived a fork gets a new one.
     pair: tuple[str, str] | None = getattr(_thread_state, "pair", None)
     if pair is None or pair[0] != _process_token:
