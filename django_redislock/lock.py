@@ -22,7 +22,7 @@ import logging
 import math
 import os
 import threading
-import time
+from asyncio.events import _get_running_loop
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -35,7 +35,7 @@ from .engine.driver import run_async, run_sync
 from .engine.holds import Hold, HoldTable
 from .engine.identity import HOSTNAME, current_owner, new_nonce
 from .engine.keys import LockKeys
-from .engine.scripts import acquire_script, cancel_script, extend_script, release_script
+from .engine.scripts import extend_script, release_script
 from .engine.validate import (
     json_dict,
     to_millis,
@@ -175,10 +175,8 @@ class Lock:
     def _meta(self) -> bytes:
         # Sent on every acquire, so serialised once per (process, thread, task):
         # shared by all plain locks, and per Lock when it has its own metadata.
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:
-            task = None
+        loop = _get_running_loop()
+        task = None if loop is None else asyncio.current_task(loop)
         ident = (os.getpid(), threading.current_thread().name, task.get_name() if task else "")
         plain = self.purpose is None and not self.extra and not self.meta
         if plain:
@@ -239,21 +237,9 @@ class Lock:
         blocking: bool,
         timeout: float | None,
     ) -> flows.AcquireOp:
-        keys = self._keys(backend).all
-        nonce = new_nonce()
-        meta = self._meta()
-        retention = backend.retention_arg
-        name = self.name
-
-        def call(channel: bytes) -> Call:
-            args = (owner, nonce, self._ttl_arg, meta, int(time.time() * 1000), retention, channel)
-            return Call(acquire_script, keys, args, "acquire the lock", name)
-
-        def cancel_call() -> Call:
-            return Call(cancel_script, keys, (owner, nonce, retention), "cancel the wait", name)
-
         on_contended = None
         if signals.lock_contended.receivers:
+            name = self.name
 
             def on_contended(pttl: int) -> None:
                 signals.lock_contended.send(
@@ -264,7 +250,18 @@ class Lock:
                     pttl=pttl / 1000.0 if pttl >= 0 else None,
                 )
 
-        return flows.AcquireOp(call, cancel_call, nonce, blocking, timeout, on_contended)
+        return flows.AcquireOp(
+            self._keys(backend).all,
+            owner,
+            new_nonce(),
+            self._ttl_arg,
+            self._meta(),
+            backend.retention_arg,
+            self.name,
+            blocking=blocking,
+            timeout=timeout,
+            on_contended=on_contended,
+        )
 
     def acquire(
         self,
@@ -652,9 +649,7 @@ def _remaining(info: LockInfo | None) -> float | None:
 
 def _refuse_in_event_loop(name: str, call: str, instead: str) -> None:
     """Raise BlockingCallInEventLoop when a blocking wait would freeze a running loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if _get_running_loop() is None:
         return
     raise BlockingCallInEventLoop(
         f"lock {name!r}: {call} would block the running event loop while it waits; "

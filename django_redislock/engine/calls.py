@@ -25,8 +25,7 @@ class AmbiguousReply(Exception):
         self.cause = cause
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     """One script run: the script, its keys and arguments, and what it is for."""
 
     script: Script

@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple
 
 from ..exceptions import LockBackendError
 from .calls import AmbiguousReply, Attempt, Call, decode_attempt
+from .scripts import acquire_script, cancel_script
 
 #: Upper bound of one wait between fallback polls (seconds).
 POLL_SLICE = 1.0
+
+
+def _jitter() -> float:
+    return random.uniform(0.75, 1.0)
 
 
 class Run(NamedTuple):
@@ -81,21 +85,58 @@ def run(call: Call) -> Generator[Effect, Any, Any]:
         raise error from exc.cause
 
 
-@dataclass(slots=True)
 class AcquireOp:
-    """One acquire: how to build its calls, and the caller's waiting policy."""
+    """One acquire: what its calls carry, and the caller's waiting policy."""
 
-    #: ``call(channel)`` builds the acquire call; ``channel`` b"" means "do not queue".
-    call: Callable[[bytes], Call]
-    cancel_call: Callable[[], Call]
-    nonce: str
-    blocking: bool
-    #: Seconds to wait (None: no limit); only with *blocking*.
-    timeout: float | None
-    #: Told the holder's remaining lease (ms, -1 without expiry) when the lock is held.
-    on_contended: Callable[[int], None] | None = None
-    clock: Callable[[], float] = time.monotonic
-    jitter: Callable[[], float] = lambda: random.uniform(0.75, 1.0)
+    __slots__ = (
+        "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name",
+        "blocking", "timeout", "on_contended", "clock", "jitter",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        keys: Sequence[bytes],
+        owner: str,
+        nonce: str,
+        ttl_arg: bytes,
+        meta: bytes,
+        retention_arg: bytes,
+        name: str,
+        *,
+        blocking: bool,
+        timeout: float | None,
+        on_contended: Callable[[int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        jitter: Callable[[], float] = _jitter,
+    ) -> None:
+        self.keys = keys
+        self.owner = owner
+        #: Identifies this acquire (and its wait) across retries.
+        self.nonce = nonce
+        self.ttl_arg = ttl_arg
+        self.meta = meta
+        self.retention_arg = retention_arg
+        self.name = name
+        self.blocking = blocking
+        #: Seconds to wait (None: no limit); only with *blocking*.
+        self.timeout = timeout
+        #: Told the holder's remaining lease (ms, -1 without expiry) when the lock is held.
+        self.on_contended = on_contended
+        self.clock = clock
+        self.jitter = jitter
+
+    def call(self, channel: bytes) -> Call:
+        """The acquire script call; *channel* b"" means "do not queue when held"."""
+        args = (
+            self.owner, self.nonce, self.ttl_arg, self.meta, int(time.time() * 1000),
+            self.retention_arg, channel,
+        )  # fmt: skip
+        return Call(acquire_script, self.keys, args, "acquire the lock", self.name)
+
+    def cancel_call(self) -> Call:
+        """The call that ends this acquire's wait (or finds it was granted meanwhile)."""
+        args = (self.owner, self.nonce, self.retention_arg)
+        return Call(cancel_script, self.keys, args, "cancel the wait", self.name)
 
 
 def next_pause(pttl_ms: int, deadline: float | None, now: float, jitter: float) -> float | None:

@@ -19,6 +19,7 @@ import secrets
 import socket
 import threading
 import weakref
+from asyncio.events import _get_running_loop
 from collections.abc import Callable
 
 _process_token = secrets.token_hex(8)
@@ -61,10 +62,8 @@ def current_owner() -> str:
     not pass for one owner. asgiref copies context variables back to the
     caller, so one task's successive ``sync_to_async`` calls share an owner.
     """
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        task = None
+    loop = _get_running_loop()
+    task = None if loop is None else asyncio.current_task(loop)
     if task is not None:
         token = _task_tokens.get(task)
         if token is None:
