@@ -161,8 +161,9 @@ def async_twin(client: redis.Redis) -> Any:
     }.get(cls_name, aconn.Connection)
     if connection_class is not aconn.UnixDomainSocketConnection:
         kwargs.pop("path", None)
-    return redis.asyncio.Redis(
-        connection_pool=redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
+    # from_pool: the client owns the pool, so closing the client closes its connections.
+    return redis.asyncio.Redis.from_pool(
+        redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
     )
 
 

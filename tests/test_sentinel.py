@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import tempfile
 import threading
@@ -106,3 +107,28 @@ def test_hand_off_through_a_sentinel_managed_pool(sentinel_cache: str, name: str
     thread.join(10)
     assert got == [True]
     assert manager.get(name).owner != "holder"
+
+
+def test_async_locks_use_the_master_found_by_sentinel(
+    sentinel_setup: tuple[RedisServer, int], sentinel_cache: str, name: str
+) -> None:
+    master, _ = sentinel_setup
+    manager = LockManager(sentinel_cache)
+    direct = redis.Redis(port=master.port)
+
+    async def scenario() -> None:
+        holder = manager.lock(name, owner="holder")
+        assert await holder.aacquire()
+        assert direct.exists(holder.key) == 1
+        waiter = manager.lock(name)
+        task = asyncio.ensure_future(waiter.aacquire(timeout=10))
+        queue_key = manager.backend().keyspace.keys(name).queue
+        deadline = time.monotonic() + 5
+        while direct.llen(queue_key) < 1:
+            assert time.monotonic() < deadline, "the async waiter never queued"
+            await asyncio.sleep(0.005)
+        await holder.arelease()
+        assert await asyncio.wait_for(task, 10) is True
+        assert (await manager.aget(name)).owner not in (None, "holder")
+
+    asyncio.run(scenario())
