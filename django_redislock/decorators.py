@@ -9,9 +9,8 @@ One decorator, three behaviours chosen per call:
 * any other **function**, sync or ``async def``: when the lock is held, raise
   :class:`~django_redislock.LockNotAcquired` (or what ``on_locked`` says).
 
-``async def`` functions and views run the lock calls off the event loop
-(``sync_to_async(thread_sensitive=False)``) with a fresh owner token per call.
-A native asyncio lock will replace that without changing this API.
+``async def`` functions and views use the asyncio lock (``aacquire``,
+``async with``): a waiting call costs no thread. Each call has its own owner.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 
 from ._keys_template import ARGS, KeySpec
@@ -81,12 +81,17 @@ class GuardConfig:
 
     def acquire(self, lock: Lock, *, wait: bool = False) -> bool:
         """Try *lock* within ``timeout`` (0: one attempt; None: no limit)."""
-        timeout = self.timeout
-        if wait and timeout == 0:
-            timeout = None
-        if timeout == 0:
-            return lock.acquire(blocking=False)
-        return lock.acquire(blocking=True, timeout=timeout)
+        return lock.acquire(timeout=self._wait(wait))
+
+    async def aacquire(self, lock: Lock, *, wait: bool = False) -> bool:
+        """:meth:`acquire` for asyncio."""
+        return await lock.aacquire(timeout=self._wait(wait))
+
+    def _wait(self, wait: bool) -> float | None:
+        """How long one call waits: ``timeout``, where 0 means one attempt, unless *wait*."""
+        if wait and self.timeout == 0:
+            return None
+        return self.timeout
 
 
 def single_instance(
@@ -240,8 +245,6 @@ def _run_held(
 
 
 def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..., Any]:
-    from asgiref.sync import sync_to_async
-
     @functools.wraps(func)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         request = args[0] if args and isinstance(args[0], HttpRequest) else None
@@ -249,14 +252,11 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
             name = await sync_to_async(config.spec.render)(args, kwargs)
         else:
             name = config.spec.render(args, kwargs)
-        # Thread identity means nothing across sync_to_async hops: one token per call.
+        # One owner per call: an async call is not re-entrant through its guard.
         owner = _call_owner(config, args, kwargs) or secrets.token_hex(16)
         lock = _call_lock(config, name, owner, request)
-        acquired = await sync_to_async(config.acquire, thread_sensitive=False)(
-            lock, wait=config.on_locked == "wait"
-        )
-        if not acquired:
-            info = await sync_to_async(config.lock_manager().get, thread_sensitive=False)(name)
+        if not await config.aacquire(lock, wait=config.on_locked == "wait"):
+            info = await config.lock_manager().aget(name)
             if request is not None:
                 response = _view_locked(config, name, info, request)
             else:
@@ -264,13 +264,12 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
             if inspect.isawaitable(response):
                 response = await response
             return response
-        exit_ = sync_to_async(lock.__exit__, thread_sensitive=False)
         try:
             result = await func(*args, **kwargs)
         except BaseException:
-            await exit_(*sys.exc_info())
+            await lock.__aexit__(*sys.exc_info())
             raise
-        await exit_(None, None, None)
+        await lock.__aexit__(None, None, None)
         return result
 
     return wrapper
