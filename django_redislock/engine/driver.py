@@ -49,6 +49,7 @@ def run_sync(flow: Flow, backend: Backend) -> Any:
         if hub is not None:
             for nonce in waits:
                 hub.unregister(nonce)
+        flow.close()
 
 
 async def run_async(flow: Flow, backend: AsyncBackend) -> Any:

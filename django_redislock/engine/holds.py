@@ -51,6 +51,7 @@ class HoldTable:
             new = self._holds[owner] = Hold(fence=fence, count=1)
             return new, hold
         hold.count += 1
+        hold.fence = fence  # Redis is the truth (the same owner may hold it anew)
         return hold, None
 
     def release_nonce(self, owner: str, everything: bool, new_nonce: Callable[[], str]) -> str:

@@ -86,7 +86,7 @@ class LockInfo:
         if raw_meta:
             try:
                 loaded = json.loads(raw_meta)
-            except ValueError:
+            except (ValueError, RecursionError):
                 loaded = None
             if isinstance(loaded, dict):
                 meta = loaded
@@ -103,9 +103,9 @@ class LockInfo:
             fencing_token=_int(data.get("fence")),
             acquired_at=_from_epoch_ms(since),
             ttl=None if pttl == -2 else (math.inf if pttl < 0 else pttl / 1000.0),
-            lease=lease_ms / 1000.0 if lease_ms else None,
+            lease=lease_ms / 1000.0 if lease_ms and 0 < lease_ms < 2**63 else None,
             host=_str_or_none(meta.get("host")),
-            pid=pid if isinstance(pid, int) else None,
+            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
             thread=_str_or_none(meta.get("thread")),
             purpose=_str_or_none(meta.get("purpose")),
             task_id=_str_or_none(meta.get("task_id")),

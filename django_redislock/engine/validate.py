@@ -33,9 +33,13 @@ def validate_seconds(value: object, what: str) -> float:
     """Return *value* as positive finite seconds, or raise TypeError/ValueError naming *what*."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
-    return float(value)
+    return seconds
 
 
 def validate_wait(value: object, what: str) -> float | None:
@@ -47,9 +51,16 @@ def validate_wait(value: object, what: str) -> float | None:
     return validate_seconds(value, what)
 
 
+#: The longest lease or wait Redis can take, in ms (a signed 64-bit PEXPIRE).
+MAX_MILLIS = 2**62
+
+
 def to_millis(seconds: float, what: str) -> int:
-    """Convert positive *seconds* to whole milliseconds (at least 1)."""
-    ms = int(round(seconds * 1000))
+    """Convert positive *seconds* to whole milliseconds (at least 1, at most MAX_MILLIS)."""
+    ms = seconds * 1000
+    if not ms < MAX_MILLIS:
+        raise ValueError(f"{what} is too large: {seconds!r} s")
+    ms = int(round(ms))
     if ms < 1:
         raise ValueError(f"{what} must be at least 1 ms, got {seconds!r} s")
     return ms

@@ -24,11 +24,12 @@ class EarlyGrants:
     """Grants for waits not registered yet, bounded (not thread-safe: callers lock)."""
 
     def __init__(self, kept: int = EARLY_GRANTS_KEPT) -> None:
-        self._kept = kept
+        self._kept = max(1, kept)
         self._grants: OrderedDict[str, int] = OrderedDict()
 
     def put(self, nonce: str, fence: int) -> None:
         """Keep *fence* for the wait *nonce*, dropping the oldest past the bound."""
+        self._grants.pop(nonce, None)
         if len(self._grants) >= self._kept:
             self._grants.popitem(last=False)
         self._grants[nonce] = fence
