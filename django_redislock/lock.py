@@ -32,7 +32,7 @@ from .conf import get_setting
 from .engine import flows
 from .engine.calls import Attempt, Call
 from .engine.driver import run_async, run_sync
-from .engine.holds import Hold, HoldTable
+from .engine.holds import Hold, HoldTable, known_holds
 from .engine.identity import HOSTNAME, current_owner, new_nonce
 from .engine.keys import LockKeys
 from .engine.scripts import extend_script, release_script
@@ -250,6 +250,9 @@ class Lock:
                     pttl=pttl / 1000.0 if pttl >= 0 else None,
                 )
 
+        known = b""
+        if self._owner is None:
+            known = str(known_holds.get((backend.keyspace.prefix, self.name, owner))).encode()
         return flows.AcquireOp(
             self._keys(backend).all,
             owner,
@@ -258,6 +261,7 @@ class Lock:
             self._meta(),
             backend.retention_arg,
             self.name,
+            known=known,
             blocking=blocking,
             timeout=timeout,
             on_contended=on_contended,
@@ -335,6 +339,7 @@ class Lock:
     def _settle_acquire(self, owner: str, attempt: Attempt) -> bool:
         if not attempt.held:
             return False
+        self._know(owner, attempt.holds)
         hold, replaced = self._holds.acquired(owner, attempt.value, attempt.holds)
         if replaced is not None and replaced.watch is not None:
             watchdog.unwatch(replaced.watch)
@@ -404,7 +409,11 @@ class Lock:
         backend = self._source.backend()
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
         call = self._release_call(backend, owner, nonce, everything)
-        remaining = int(run_sync(flows.call_once(call), backend))
+        try:
+            remaining = int(run_sync(flows.call_once(call), backend))
+        except LockBackendError:
+            self._release_unconfirmed(owner, everything)
+            raise
         return self._settle_release(owner, everything, remaining)
 
     async def _arelease(self, owner: str, everything: bool) -> int:
@@ -415,6 +424,9 @@ class Lock:
             remaining = int(await run_async(flows.call_once(call), backend))
         except asyncio.CancelledError:
             await _finish_in_background(self._finish_release(call, backend, owner, everything))
+            raise
+        except LockBackendError:
+            self._release_unconfirmed(owner, everything)
             raise
         return self._settle_release(owner, everything, remaining)
 
@@ -427,7 +439,21 @@ class Lock:
         except LockNotOwned:
             pass
 
+    def _know(self, owner: str, holds: int) -> None:
+        """Record what Redis confirmed about an owner this process made up (see KnownHolds)."""
+        if self._owner is None:
+            known_holds.set((self._source.backend().keyspace.prefix, self.name, owner), holds)
+
+    def _release_unconfirmed(self, owner: str, everything: bool) -> None:
+        # The release may or may not have happened. It counts as done: should it
+        # not have, the owner's next acquire drops the hold instead of counting
+        # it, so the lock cannot stay held for good.
+        if self._owner is None:
+            key = (self._source.backend().keyspace.prefix, self.name, owner)
+            known_holds.set(key, 0 if everything else known_holds.get(key) - 1)
+
     def _settle_release(self, owner: str, everything: bool, remaining: int) -> int:
+        self._know(owner, max(remaining, 0))
         forgotten = self._holds.released(owner, everything, remaining)
         if forgotten is not None and forgotten.watch is not None:
             watchdog.unwatch(forgotten.watch)

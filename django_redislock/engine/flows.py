@@ -89,7 +89,7 @@ class AcquireOp:
     """One acquire: what its calls carry, and the caller's waiting policy."""
 
     __slots__ = (
-        "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name",
+        "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name", "known",
         "blocking", "timeout", "on_contended", "clock", "jitter",
     )  # fmt: skip
 
@@ -103,6 +103,7 @@ class AcquireOp:
         retention_arg: bytes,
         name: str,
         *,
+        known: bytes = b"",
         blocking: bool,
         timeout: float | None,
         on_contended: Callable[[int], None] | None = None,
@@ -117,6 +118,8 @@ class AcquireOp:
         self.meta = meta
         self.retention_arg = retention_arg
         self.name = name
+        #: How many holds the caller knows its owner has (b"": not known).
+        self.known = known
         self.blocking = blocking
         #: Seconds to wait (None: no limit); only with *blocking*.
         self.timeout = timeout
@@ -129,7 +132,7 @@ class AcquireOp:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
         args = (
             self.owner, self.nonce, self.ttl_arg, self.meta, int(time.time() * 1000),
-            self.retention_arg, channel,
+            self.retention_arg, channel, self.known,
         )  # fmt: skip
         return Call(acquire_script, self.keys, args, "acquire the lock", self.name)
 

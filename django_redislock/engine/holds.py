@@ -8,9 +8,12 @@ the same nonce, so it cannot count twice).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .identity import on_fork_in_child
 
 
 @dataclass
@@ -46,6 +49,10 @@ class HoldTable:
         stop; a re-entry adds to the existing hold and *replaced* is None with
         ``hold.watch`` kept. A new hold has ``watch`` None.
         """
+        # A confirmed grant settles any release still pending for this owner:
+        # its nonce must never answer for a later hold (it could hide a loss).
+        self._pending.pop((owner, False), None)
+        self._pending.pop((owner, True), None)
         hold = self._holds.get(owner)
         if hold is None or hold.lost_reason is not None or count == 1:
             new = self._holds[owner] = Hold(fence=fence, count=1)
@@ -90,3 +97,42 @@ class HoldTable:
         hold.lost_reason = reason
         hold.watch = None
         return hold
+
+
+class KnownHolds:
+    """How many holds each of this process's own owners has, per lock, across all Lock objects.
+
+    Only for owners this process made up (a thread's, a task's): nobody else can
+    hold as them, so this count is the truth the acquire script enforces -- a
+    hold granted while its reply was lost (or whose release failed) is dropped at
+    the owner's next acquire instead of keeping the lock held for good. Counts
+    follow what Redis confirmed, and an unconfirmed release counts as done.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str]) -> int:
+        """The holds known for (key prefix, lock name, owner)."""
+        return self._counts.get(key, 0)
+
+    def set(self, key: tuple[str, str, str], count: int) -> None:
+        """Record that (key prefix, lock name, owner) now has *count* holds."""
+        with self._lock:
+            if count > 0:
+                self._counts[key] = count
+            else:
+                self._counts.pop(key, None)
+
+    def reset(self) -> None:
+        """Forget everything (a forked child's owners are new)."""
+        self._counts = {}
+        self._lock = threading.Lock()
+
+
+#: The process's known holds (see KnownHolds).
+known_holds = KnownHolds()
+
+
+on_fork_in_child(known_holds.reset)

@@ -114,7 +114,9 @@ end
 ENTRY_LIFE_MS = 4000
 
 # ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, now_ms (client clock, for
-#       the "since" field), retention_ms, channel ('' = do not queue when held)
+#       the "since" field), retention_ms, channel ('' = do not queue when held),
+#       known ('' = unknown; else how many holds the client knows this owner
+#       has: a re-entry then sets the count to known + 1)
 # Returns (see decode_attempt): the fencing token (> 0) for a fresh grant,
 # {fence, count} when the caller already held it, -2 - pttl_ms (<= -1) when held.
 # A hash with no owner field under our prefix is treated as free.
@@ -127,8 +129,16 @@ if h[1] == owner then
   if h[2] == nonce then
     return {h[3], h[4]}
   end
-  local c = redis.call('HINCRBY', L, 'count', 1)
-  redis.call('HSET', L, 'op', nonce)
+  local c
+  if ARGV[8] and ARGV[8] ~= '' then
+    -- The client knows every hold of this owner: holds it does not know of
+    -- (granted while their replies were lost) are dropped, not counted.
+    c = tonumber(ARGV[8]) + 1
+    redis.call('HSET', L, 'count', c, 'op', nonce)
+  else
+    c = redis.call('HINCRBY', L, 'count', 1)
+    redis.call('HSET', L, 'op', nonce)
+  end
   local want = tonumber(ttl)
   if want > 0 then
     local p = redis.call('PTTL', L)
@@ -214,12 +224,13 @@ redis.call('PEXPIRE', KEYS[1], new)
 return new
 """
 
-# ARGV: owner, ttl_ms.  Watchdog renewal: never shortens a lease.
-# Returns 1 when renewed (or already longer), 0 when not owned.
+# ARGV: owner, ttl_ms.  Watchdog renewal: never shortens a lease, and never
+# gives a lock without expiry (an outer hold with ttl=None) one.
+# Returns 1 when renewed (or already longer or without expiry), 0 when not owned.
 RENEW = r"""
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-local want = tonumber(ARGV[2])
-if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], want) end
+local p = redis.call('PTTL', KEYS[1])
+if p >= 0 and p < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
 """
 

@@ -116,9 +116,9 @@ def acquire_run(channel: bytes) -> Callable[[Any], None]:
         call = effect.call
         assert call.script is acquire_script
         assert tuple(call.keys) == KEYS
-        owner, nonce, ttl, meta, now_ms, retention, chan = call.args
-        assert (owner, nonce, ttl, meta, retention, chan) == (
-            OWNER, NONCE, TTL, META, RETENTION, channel,
+        owner, nonce, ttl, meta, now_ms, retention, chan, known = call.args
+        assert (owner, nonce, ttl, meta, retention, chan, known) == (
+            OWNER, NONCE, TTL, META, RETENTION, channel, b"",
         )  # fmt: skip
         assert isinstance(now_ms, int) and now_ms > 1_600_000_000_000  # ms since the epoch
         assert call.action == "acquire the lock"

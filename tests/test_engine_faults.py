@@ -1,0 +1,142 @@
+"""The engine under real faults: holds whose replies were lost, stale nonces, renewals.
+
+A real redis-server behind tests.tcp_proxy.TcpProxy, which loses replies or
+refuses traffic on demand (a real server cannot be told to lose one reply).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_redislock import LockBackendError, LockManager, LockNotOwned
+from tests.tcp_proxy import TcpProxy
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    upstream = redis.Redis.from_url(settings.REDIS_URL).connection_pool.connection_kwargs["port"]
+    proxy = TcpProxy(upstream)
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def via_proxy(proxy: TcpProxy) -> LockManager:
+    client = redis.Redis(
+        host="127.0.0.1",
+        port=proxy.port,
+        socket_timeout=1,
+        socket_connect_timeout=1,
+        retry=Retry(NoBackoff(), 0),
+    )
+    return LockManager(client=client)
+
+
+@pytest.fixture
+def direct() -> LockManager:
+    return LockManager("default")
+
+
+def _wait_for(condition, what: str, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_an_acquire_granted_while_both_replies_were_lost_does_not_keep_the_lock(
+    proxy: TcpProxy, via_proxy: LockManager, direct: LockManager, name: str
+) -> None:
+    lock = via_proxy.lock(name)
+    lock.acquire()  # warm up: connection and scripts
+    lock.release()
+    proxy.drop_next_replies(2)
+    with pytest.raises(LockBackendError):
+        lock.acquire(blocking=False)
+    assert direct.get(name).owner == lock.owner, "Redis granted it; the client does not know"
+    with via_proxy.lock(name):  # the same thread, through another Lock object
+        assert direct.get(name).hold_count == 1, "the unknown hold must not count"
+    assert direct.get(name) is None, "after the with block the lock must be free"
+
+
+def test_a_release_that_failed_does_not_keep_the_lock_after_the_next_with_block(
+    proxy: TcpProxy, via_proxy: LockManager, direct: LockManager, name: str
+) -> None:
+    lock = via_proxy.lock(name, auto_renew=False)
+    lock.acquire()
+    proxy.set_down(True)
+    with pytest.raises(LockBackendError):
+        lock.release()
+    proxy.set_down(False)
+    assert direct.get(name).hold_count == 1, "the release never reached Redis"
+    for _ in range(3):
+        with via_proxy.lock(name):
+            pass
+    assert direct.get(name) is None, "the thread must not keep the lock by using it"
+
+
+def test_a_hand_off_to_a_waiter_whose_acquire_raised_is_not_monopolised(
+    proxy: TcpProxy, via_proxy: LockManager, direct: LockManager, name: str
+) -> None:
+    holder = direct.lock(name, owner="holder")
+    assert holder.acquire()
+    queue_key = direct.backend().keyspace.keys(name).queue
+
+    def cut_then_release() -> None:
+        _wait_for(lambda: direct.client.llen(queue_key) == 1, "the waiter never queued")
+        proxy.set_down(True)
+        holder.release()  # handed to the waiter in Redis; the waiter cannot hear it
+
+    cutter = threading.Thread(target=cut_then_release)
+    cutter.start()
+    with pytest.raises(LockBackendError):
+        via_proxy.lock(name).acquire(timeout=10)
+    cutter.join(5)
+    waiter_owner = via_proxy.lock(name).owner
+    assert direct.get(name).owner == waiter_owner, "Redis handed it to the waiter"
+    proxy.set_down(False)
+    with via_proxy.lock(name, timeout=5):
+        pass
+    assert direct.get(name) is None, "after the with block the lock must be free"
+
+
+def test_a_stale_release_nonce_does_not_hide_a_loss(
+    proxy: TcpProxy, via_proxy: LockManager, direct: LockManager, name: str
+) -> None:
+    lock = via_proxy.lock(name, auto_renew=False)
+    lock.acquire()
+    proxy.drop_next_replies(2)  # the release runs, both replies are lost
+    with pytest.raises(LockBackendError):
+        lock.release()
+    assert direct.get(name) is None
+    assert lock.acquire(), "a new hold"
+    assert direct.force_release(name)
+    other = direct.lock(name, owner="someone else")
+    assert other.acquire()
+    with pytest.raises(LockNotOwned):
+        lock.release()
+    assert direct.get(name).owner == "someone else"
+
+
+def test_renewal_never_gives_a_lock_without_expiry_an_expiry(
+    direct: LockManager, name: str, redis_client: redis.Redis
+) -> None:
+    outer = direct.lock(name, ttl=None, no_expiry=True)
+    inner = direct.lock(name, ttl=0.3)  # same thread: a leased re-entry, renewed every 0.1 s
+    assert outer.acquire()
+    assert inner.acquire()
+    key = direct.backend().keyspace.keys(name).lock
+    time.sleep(0.5)  # several renewal rounds of the inner hold
+    assert redis_client.pttl(key) == -1, "the outer hold has no expiry"
+    inner.release()
+    time.sleep(0.5)  # longer than the inner lease
+    assert direct.get(name) is not None and redis_client.pttl(key) == -1
+    outer.release()
