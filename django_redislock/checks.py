@@ -5,6 +5,7 @@
 * ``django_redislock.W001`` Redis could not be reached.
 * ``django_redislock.W002`` Redis may evict lock keys (``maxmemory`` with a policy
   other than ``noeviction``).
+* ``django_redislock.W003`` the lock client has no socket timeout.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     except ValueError as exc:
         errors.append(checks.Error(str(exc), id="django_redislock.E002"))
     try:
-        resolve_client()
+        client = resolve_client()
     except ImproperlyConfigured as exc:
         errors.append(
             checks.Error(
@@ -46,6 +47,20 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_redislock.E001",
             )
         )
+    else:
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        if kwargs.get("socket_timeout") is None:
+            errors.append(
+                checks.Warning(
+                    "The Redis client for locks has no socket timeout: a holder cut off "
+                    "from Redis may wait on a renewal for ever and never learn that its "
+                    "lock was lost, and every lock call can hang.",
+                    hint="Set a socket timeout of a few seconds: OPTIONS "
+                    '{"socket_timeout": 5} (Django\'s RedisCache), {"SOCKET_TIMEOUT": 5} '
+                    "(django-redis), or ?socket_timeout=5 in REDISLOCK_URL.",
+                    id="django_redislock.W003",
+                )
+            )
     return errors
 
 

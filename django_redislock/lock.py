@@ -611,9 +611,14 @@ class Lock:
         reason = hold.lost_reason if hold is not None else None
         try:
             self._release(owner, False)
-        except LockBackendError:
+        except LockBackendError as exc:
             self._stop_renewing(hold)
-            raise
+            if hold is None or hold.lost_reason is None:
+                raise
+            # Lost already (no renewal was confirmed in time): that is the news,
+            # not that Redis is still unreachable.
+            self._exit_lost(hold.lost_reason, exc_type, cause=exc)
+            return
         except LockNotOwned:
             reason = self._lost_at_exit(owner, hold, reason)
         self._exit_lost(reason, exc_type)
@@ -629,9 +634,14 @@ class Lock:
         reason = hold.lost_reason if hold is not None else None
         try:
             await self._arelease(owner, False)
-        except LockBackendError:
+        except LockBackendError as exc:
             self._stop_renewing(hold)
-            raise
+            if hold is None or hold.lost_reason is None:
+                raise
+            # Lost already (no renewal was confirmed in time): that is the news,
+            # not that Redis is still unreachable.
+            self._exit_lost(hold.lost_reason, exc_type, cause=exc)
+            return
         except LockNotOwned:
             reason = self._lost_at_exit(owner, hold, reason)
         self._exit_lost(reason, exc_type)
@@ -652,11 +662,16 @@ class Lock:
             )
         return reason
 
-    def _exit_lost(self, reason: str | None, exc_type: type[BaseException] | None) -> None:
+    def _exit_lost(
+        self,
+        reason: str | None,
+        exc_type: type[BaseException] | None,
+        cause: BaseException | None = None,
+    ) -> None:
         if reason is not None:
             message = f"lock {self.name!r} was lost while held: {reason}"
             if self.raise_on_lost and exc_type is None:
-                raise LockLost(message, name=self.name)
+                raise LockLost(message, name=self.name) from cause
             logger.warning("redislock: %s", message)
 
     def __repr__(self) -> str:

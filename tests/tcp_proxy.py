@@ -1,9 +1,11 @@
 """A loopback TCP proxy in front of the real redis-server, for injecting network faults.
 
 A real server cannot lose a reply on demand, so the tests put this proxy between
-the client and Redis: it forwards bytes both ways and, when told, either drops
-the connection right after the server's next reply arrives (the command ran but
-the client never hears so) or refuses all traffic (Redis looks down).
+the client and Redis: it forwards bytes both ways and, when told, drops the
+connection right after the server's next reply arrives (the command ran but
+the client never hears so), refuses all traffic (Redis looks down), or swallows
+all traffic while keeping connections open (a partition: calls hang until the
+client's socket timeout).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class TcpProxy:
         self._drop_replies = 0
         self.dropped = 0
         self.down = False
+        #: While True, bytes are swallowed in both directions and connections
+        #: stay open: the server looks unreachable (a partition), not down.
+        self.blackholed = False
         self._conns: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -48,6 +53,10 @@ class TcpProxy:
                 conns, self._conns = self._conns, []
             for conn in conns:
                 _close(conn)
+
+    def blackhole(self, on: bool) -> None:
+        """Swallow all traffic (without closing anything) while *on*."""
+        self.blackholed = on
 
     def close(self) -> None:
         """Stop accepting and cut everything."""
@@ -81,6 +90,8 @@ class TcpProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                if self.blackholed:
+                    continue
                 if is_reply:
                     with self._lock:
                         drop = self._drop_replies > 0

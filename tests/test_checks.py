@@ -80,3 +80,13 @@ def test_both_backends_share_locks(name: str) -> None:
     with builtin.lock(name, owner="a"):
         assert not djredis.lock(name, owner="b").acquire(blocking=False)
         assert djredis.get(name).owner == "a"
+
+
+def test_a_lock_client_without_socket_timeout_is_a_warning(redis_client) -> None:
+    port = redis_client.connection_pool.connection_kwargs["port"]
+    with override_settings(REDISLOCK_URL=f"redis://127.0.0.1:{port}/0"):
+        messages = check_settings()
+        assert _ids(messages) == ["django_redislock.W003"]
+        assert "socket timeout" in messages[0].msg
+    with override_settings(REDISLOCK_URL=f"redis://127.0.0.1:{port}/0?socket_timeout=5"):
+        assert check_settings() == []

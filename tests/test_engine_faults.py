@@ -16,7 +16,7 @@ from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_redislock import LockBackendError, LockManager, LockNotOwned
+from django_redislock import LockBackendError, LockLost, LockManager, LockNotOwned
 from tests.tcp_proxy import TcpProxy
 
 
@@ -140,3 +140,61 @@ def test_renewal_never_gives_a_lock_without_expiry_an_expiry(
     time.sleep(0.5)  # longer than the inner lease
     assert direct.get(name) is not None and redis_client.pttl(key) == -1
     outer.release()
+
+
+def _partitionable(proxy: TcpProxy) -> LockManager:
+    """A manager whose client hangs (3 s socket timeout) when the proxy blackholes it."""
+    client = redis.Redis(
+        host="127.0.0.1",
+        port=proxy.port,
+        socket_timeout=3,
+        socket_connect_timeout=1,
+        retry=Retry(NoBackoff(), 0),
+    )
+    return LockManager(client=client)
+
+
+@pytest.mark.slow
+def test_a_partitioned_holder_learns_of_its_loss_before_the_lease_runs_out(
+    proxy: TcpProxy, direct: LockManager, name: str, redis_client: redis.Redis
+) -> None:
+    manager = _partitionable(proxy)
+    lock = manager.lock(name, ttl=1)
+    key = direct.backend().keyspace.keys(name).lock
+    with pytest.raises(LockLost) as caught:
+        with lock:
+            proxy.blackhole(True)
+            deadline = time.monotonic() + 5
+            lost_at = expired_at = None
+            while lost_at is None or expired_at is None:
+                assert time.monotonic() < deadline, (lost_at, expired_at)
+                now = time.monotonic()
+                if lost_at is None and lock.lost:
+                    lost_at = now
+                if expired_at is None and not redis_client.exists(key):
+                    expired_at = now
+                time.sleep(0.005)
+            assert lost_at < expired_at, "the holder must know before the lease runs out"
+    assert isinstance(caught.value.__cause__, LockBackendError), "Redis was unreachable"
+    proxy.blackhole(False)
+
+
+@pytest.mark.slow
+def test_a_stalled_redis_does_not_stop_the_renewals_of_another(
+    proxy: TcpProxy, direct: LockManager, name: str, redis_client: redis.Redis
+) -> None:
+    # Two backends: one on the plain connection, one whose connection is partitioned.
+    stalled = _partitionable(proxy)
+    healthy = direct.lock(name, ttl=1)
+    cut_off = stalled.lock(f"{name}:other", ttl=1)
+    assert cut_off.acquire()
+    assert healthy.acquire()
+    proxy.blackhole(True)
+    key = direct.backend().keyspace.keys(name).lock
+    until = time.monotonic() + 3  # three leases
+    while time.monotonic() < until:
+        assert redis_client.exists(key), "the healthy server's lock expired: renewals stalled"
+        time.sleep(0.01)
+    assert not healthy.lost
+    healthy.release()
+    proxy.blackhole(False)

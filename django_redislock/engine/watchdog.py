@@ -1,13 +1,15 @@
 """The watchdog: one thread per process renewing every held auto-renewed lock.
 
 Each held lock is renewed at about a third of its lease. When the thread wakes
-it renews, in one pipelined round trip per backend, every lock that is
-due or will be within a short slack, so many locks cost one batch. A renewal
-that finds the lock gone or owned by someone else marks the lock lost (the
-holder learns it when leaving its ``with`` block, and ``lock_lost`` fires).
-If Redis cannot be reached the renewal is retried; once a whole lease has
-passed without a confirmed renewal the lock is marked lost, because it may have
-expired.
+it renews, in one pipelined round trip per backend, every lock that is due or
+will be within a short slack, so many locks cost one batch; each backend's
+batch runs in its own short-lived thread, so one stalled Redis holds up no
+other. A renewal that finds the lock gone or owned by someone else marks the
+lock lost (the holder learns it when leaving its ``with`` block, and
+``lock_lost`` fires). If Redis cannot be reached the renewal is retried; once
+no renewal has been confirmed for a lease less a safety margin (a tenth of
+it, at most a second), the lock is marked lost -- before it can have expired
+in Redis, even while a renewal is still stuck on the network.
 
 The thread exits about a second after nothing is left to renew and is
 started again on the next registration. After ``os.fork()`` the child starts with an empty
@@ -45,7 +47,9 @@ class Renewable(Protocol):
 class WatchEntry:
     """One (lock, owner) the watchdog keeps alive."""
 
-    __slots__ = ("lock_ref", "owner", "backend", "call", "ttl_ms", "due", "confirmed_at")
+    __slots__ = (
+        "lock_ref", "owner", "backend", "call", "ttl_ms", "due", "confirmed_at", "in_flight",
+    )  # fmt: skip
 
     def __init__(
         self, lock: Renewable, owner: str, backend: Backend, key: bytes, ttl_ms: int, name: str
@@ -59,17 +63,40 @@ class WatchEntry:
         self.call = Call(renew_script, (key,), (owner, ttl_ms), "renew the lock", name)
         self.ttl_ms = ttl_ms
         self.due = now + ttl_ms / 3000.0
+        #: When the last renewal Redis confirmed was sent (the lease runs at least a ttl from it).
         self.confirmed_at = now
+        self.in_flight = False
+
+    @property
+    def lost_at(self) -> float:
+        """When the hold counts as lost unless a renewal is confirmed first.
+
+        A safety margin before the lease can have run out in Redis, so the holder
+        learns of the loss before somebody else can hold the lock.
+        """
+        ttl = self.ttl_ms / 1000.0
+        return self.confirmed_at + ttl - min(1.0, ttl / 10)
+
+    @property
+    def retry_in(self) -> float:
+        """How soon a failed renewal is tried again."""
+        return min(1.0, self.ttl_ms / 6000.0)
 
 
 class Watchdog:
-    """The process-wide renewal thread and its registry."""
+    """The process-wide renewal thread and its registry.
+
+    The thread schedules; each batch runs in a short-lived thread of its own,
+    one batch per backend at a time, so a stalled Redis delays neither the
+    renewals of another Redis nor the news that a stalled hold is lost.
+    """
 
     def __init__(self) -> None:
         self._entries: dict[int, WatchEntry] = {}
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
+        self._busy: set[int] = set()  # backends with a batch in flight
 
     def watch(
         self, lock: Renewable, owner: str, backend: Backend, key: bytes, ttl_ms: int, name: str
@@ -115,67 +142,98 @@ class Watchdog:
         empty_since: float | None = None
         while True:
             with self._cond:
-                while True:
-                    now = time.monotonic()
-                    if not self._entries:
-                        # Linger briefly: a process that takes and releases locks in
-                        # a loop must not pay for a thread start on every acquire.
-                        empty_since = empty_since or now
-                        if now - empty_since >= IDLE_EXIT_SECONDS:
-                            self._thread = None
-                            self._wake_at = float("inf")
-                            return
-                        self._wake_at = empty_since + IDLE_EXIT_SECONDS
-                        self._cond.wait(self._wake_at - now)
-                        continue
-                    empty_since = None
-                    self._wake_at = min(e.due for e in self._entries.values())
-                    if self._wake_at <= now:
-                        break
+                now = time.monotonic()
+                if not self._entries:
+                    # Linger briefly: a process that takes and releases locks in
+                    # a loop must not pay for a thread start on every acquire.
+                    empty_since = empty_since or now
+                    if now - empty_since >= IDLE_EXIT_SECONDS:
+                        self._thread = None
+                        self._wake_at = float("inf")
+                        return
+                    self._wake_at = empty_since + IDLE_EXIT_SECONDS
                     self._cond.wait(self._wake_at - now)
-                batch = [
-                    e for e in self._entries.values() if e.due <= now + min(1.0, e.ttl_ms / 6000.0)
-                ]
+                    continue
+                empty_since = None
+                lost, batches = self._take_work(now)
+                if not lost and not batches:
+                    self._cond.wait(max(0.0, self._wake_at - now))
+                    continue
             try:
-                self._renew(batch)
+                for entry in lost:
+                    self._lose(entry, "no renewal was confirmed in time; the lease may run out")
+                for backend_id, entries in batches.items():
+                    threading.Thread(
+                        target=self._renew_batch,
+                        args=(backend_id, entries),
+                        name="redislock-renewal",
+                        daemon=True,
+                    ).start()
             except Exception:  # pragma: no cover - a bug; the thread must survive it
                 logger.exception("redislock watchdog: renewal round failed")
 
-    def _renew(self, batch: list[WatchEntry]) -> None:
-        by_backend: dict[int, list[WatchEntry]] = {}
-        for entry in batch:
+    def _take_work(self, now: float) -> tuple[list[WatchEntry], dict[int, list[WatchEntry]]]:
+        """(holds past their safety margin, due batches by backend); sets ``_wake_at``."""
+        lost: list[WatchEntry] = []
+        batches: dict[int, list[WatchEntry]] = {}
+        wake_at = float("inf")
+        for entry in list(self._entries.values()):
             if entry.lock_ref() is None:
-                self.unwatch(entry)
+                self._entries.pop(id(entry), None)
                 continue
-            by_backend.setdefault(id(entry.backend), []).append(entry)
-        for entries in by_backend.values():
-            started = time.monotonic()
-            try:
-                results = entries[0].backend.run_many([e.call for e in entries])
-            except (AmbiguousReply, LockBackendError) as exc:
-                self._renewal_failed(entries, exc)
+            if now >= entry.lost_at:
+                self._entries.pop(id(entry), None)
+                lost.append(entry)
                 continue
-            except Exception as exc:  # never let the watchdog die
-                logger.exception("redislock renewal batch failed unexpectedly")
-                self._renewal_failed(entries, exc)
+            wake_at = min(wake_at, entry.lost_at)
+            if entry.in_flight:
                 continue
-            for entry, result in zip(entries, results, strict=True):
-                if isinstance(result, Exception):
-                    self._renewal_failed([entry], result)
+            backend_id = id(entry.backend)
+            if entry.due <= now + entry.retry_in and backend_id not in self._busy:
+                batches.setdefault(backend_id, []).append(entry)
+            else:
+                wake_at = min(wake_at, entry.due)
+        for backend_id, entries in batches.items():
+            self._busy.add(backend_id)
+            for entry in entries:
+                entry.in_flight = True
+        self._wake_at = wake_at
+        return lost, batches
+
+    def _renew_batch(self, backend_id: int, entries: list[WatchEntry]) -> None:
+        started = time.monotonic()
+        failure: BaseException | None = None
+        results: list[object] = []
+        try:
+            results = entries[0].backend.run_many([e.call for e in entries])
+        except (AmbiguousReply, LockBackendError) as exc:
+            failure = exc
+        except Exception as exc:  # never let a renewal take the process's renewals down
+            logger.exception("redislock renewal batch failed unexpectedly")
+            failure = exc
+        lost: list[tuple[WatchEntry, str]] = []
+        with self._cond:
+            self._busy.discard(backend_id)
+            now = time.monotonic()
+            for i, entry in enumerate(entries):
+                entry.in_flight = False
+                if id(entry) not in self._entries:
+                    continue  # released, or already declared lost, meanwhile
+                result = failure if failure is not None else results[i]
+                if isinstance(result, BaseException):
+                    logger.warning(
+                        "redislock renewal of %r failed, retrying: %s", entry.call.name, result
+                    )
+                    entry.due = now + entry.retry_in
                 elif result == 1:
                     entry.confirmed_at = started
                     entry.due = started + entry.ttl_ms / 3000.0
                 else:
-                    self._lose(entry, "the lock was no longer held by this owner at renewal")
-
-    def _renewal_failed(self, entries: list[WatchEntry], exc: BaseException) -> None:
-        now = time.monotonic()
-        for entry in entries:
-            if now - entry.confirmed_at >= entry.ttl_ms / 1000.0:
-                self._lose(entry, f"no renewal could be confirmed for a whole lease ({exc})")
-            else:
-                logger.warning("redislock renewal of %r failed, retrying: %s", entry.call.name, exc)
-                entry.due = now + min(1.0, entry.ttl_ms / 6000.0)
+                    self._entries.pop(id(entry), None)
+                    lost.append((entry, "the lock was no longer held by this owner at renewal"))
+            self._cond.notify()
+        for entry, reason in lost:
+            self._lose(entry, reason)
 
     def _lose(self, entry: WatchEntry, reason: str) -> None:
         self.unwatch(entry)
@@ -188,6 +246,7 @@ class Watchdog:
         self._cond = threading.Condition()
         self._thread = None
         self._wake_at = float("inf")
+        self._busy = set()
 
 
 #: The process's watchdog.
