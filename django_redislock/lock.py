@@ -35,7 +35,7 @@ from .engine.driver import run_async, run_sync
 from .engine.holds import Hold, HoldTable, known_holds
 from .engine.identity import HOSTNAME, current_owner, new_nonce
 from .engine.keys import LockKeys
-from .engine.scripts import extend_script, release_script
+from .engine.scripts import HANDOFF_CLAIM_MS, extend_script, release_script
 from .engine.validate import (
     json_dict,
     to_millis,
@@ -264,6 +264,7 @@ class Lock:
             known=known,
             blocking=blocking,
             timeout=timeout,
+            claim_inline=not self.auto_renew,
             on_contended=on_contended,
         )
 
@@ -346,7 +347,13 @@ class Lock:
         if hold.count == 1 and hold.watch is None and self.auto_renew:
             backend = self._source.backend()
             hold.watch = watchdog.watch(
-                self, owner, backend, self._keys(backend).all[0], self.ttl_ms, self.name
+                self,
+                owner,
+                backend,
+                self._keys(backend).all[0],
+                self.ttl_ms,
+                self.name,
+                claim_ms=HANDOFF_CLAIM_MS if attempt.handed else None,
             )
         # On the hot path: only build the signal call when somebody listens.
         if signals.lock_acquired.receivers:

@@ -70,7 +70,20 @@ def hold_until_lost(name: str, ttl: str) -> None:
         _say("LockLost")
 
 
+def wait_for(name: str, ttl: str) -> None:
+    """Wait for *name* (blocking, lease *ttl*), report when acquired, then hold it."""
+    from django_redislock import locks
+
+    lock = locks.lock(name, ttl=float(ttl))
+    _say("waiting")
+    lock.acquire()
+    _say("acquired", lock.fencing_token)
+    time.sleep(600)
+
+
 if __name__ == "__main__":
     _setup()
     command, *args = sys.argv[1:]
-    {"count": count, "hold": hold, "hold_until_lost": hold_until_lost}[command](*args)
+    programs = {"count": count, "hold": hold, "hold_until_lost": hold_until_lost}
+    programs["wait_for"] = wait_for
+    programs[command](*args)

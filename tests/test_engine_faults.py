@@ -6,6 +6,8 @@ refuses traffic on demand (a real server cannot be told to lose one reply).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -198,3 +200,42 @@ def test_a_stalled_redis_does_not_stop_the_renewals_of_another(
     assert not healthy.lost
     healthy.release()
     proxy.blackhole(False)
+
+
+@pytest.mark.slow
+def test_a_lock_handed_to_a_dead_waiter_costs_the_claim_window_not_its_lease(
+    direct: LockManager, name: str, redis_client: redis.Redis
+) -> None:
+    holder = direct.lock(name, owner="holder")
+    assert holder.acquire()
+    queue_key = direct.backend().keyspace.keys(name).queue
+    doomed = subprocess.Popen(
+        [sys.executable, "-m", "tests.proc", "wait_for", name, "30"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(lambda: redis_client.llen(queue_key) == 1, "the doomed waiter never queued", 20)
+        doomed.kill()  # its queue entry stays valid for a few seconds
+        doomed.wait(5)
+        survivor = direct.lock(name, ttl=30)
+        outcome: list[float] = []
+
+        def wait() -> None:
+            started = time.monotonic()
+            if survivor.acquire(timeout=15):
+                outcome.append(time.monotonic() - started)
+                survivor.release()
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        _wait_for(lambda: redis_client.llen(queue_key) == 2, "the survivor never queued")
+        released_at = time.monotonic()
+        holder.release()  # handed to the dead waiter, first in line
+        waiter.join(20)
+        assert outcome, "the live waiter never got the lock"
+        waited = time.monotonic() - released_at
+        assert waited < 5, f"the dead waiter's hand-off cost {waited:.1f} s (its lease is 30 s)"
+    finally:
+        doomed.kill()
+        doomed.wait(5)

@@ -45,6 +45,9 @@ class Attempt(NamedTuple):
     value: int
     #: The owner's hold count in Redis when held (0 otherwise).
     holds: int
+    #: Granted after waiting in the queue: a hand-off is leased only for the
+    #: claim window until the new holder claims it (renewal or CLAIM).
+    handed: bool = False
 
 
 def decode_attempt(reply: Any) -> Attempt:

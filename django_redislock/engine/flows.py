@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from ..exceptions import LockBackendError
 from .calls import AmbiguousReply, Attempt, Call, decode_attempt
-from .scripts import acquire_script, cancel_script
+from .scripts import acquire_script, cancel_script, claim_script
 
 #: Upper bound of one wait between fallback polls (seconds).
 POLL_SLICE = 1.0
@@ -90,7 +90,7 @@ class AcquireOp:
 
     __slots__ = (
         "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name", "known",
-        "blocking", "timeout", "on_contended", "clock", "jitter",
+        "blocking", "timeout", "claim_inline", "on_contended", "clock", "jitter",
     )  # fmt: skip
 
     def __init__(
@@ -106,6 +106,7 @@ class AcquireOp:
         known: bytes = b"",
         blocking: bool,
         timeout: float | None,
+        claim_inline: bool = False,
         on_contended: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         jitter: Callable[[], float] = _jitter,
@@ -123,6 +124,8 @@ class AcquireOp:
         self.blocking = blocking
         #: Seconds to wait (None: no limit); only with *blocking*.
         self.timeout = timeout
+        #: Claim a hand-off before returning (else the caller's renewal claims it).
+        self.claim_inline = claim_inline
         #: Told the holder's remaining lease (ms, -1 without expiry) when the lock is held.
         self.on_contended = on_contended
         self.clock = clock
@@ -135,6 +138,10 @@ class AcquireOp:
             self.retention_arg, channel, self.known,
         )  # fmt: skip
         return Call(acquire_script, self.keys, args, "acquire the lock", self.name)
+
+    def claim_call(self) -> Call:
+        """The call that takes a handed-off lock for its whole lease."""
+        return Call(claim_script, self.keys[:1], (self.owner,), "claim the lock", self.name)
 
     def cancel_call(self) -> Call:
         """The call that ends this acquire's wait (or finds it was granted meanwhile)."""
@@ -181,16 +188,25 @@ def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
         # meanwhile was missed, so ask once more after subscribing.
         yield SUBSCRIBE
         attempt = decode_attempt((yield from run(op.call(channel))))
-    while not attempt.held:
-        pause = next_pause(attempt.value, deadline, op.clock(), op.jitter())
-        if pause is None:
-            # Leave the queue -- or learn that the lock was handed to us meanwhile.
-            return decode_attempt((yield from run(op.cancel_call())))
-        fence = yield Park(op.nonce, pause)
-        if fence is not None:
-            return Attempt(True, fence, 1)
+    while True:
+        while not attempt.held:
+            pause = next_pause(attempt.value, deadline, op.clock(), op.jitter())
+            if pause is None:
+                # Leave the queue -- or learn that the lock was handed to us meanwhile.
+                attempt = decode_attempt((yield from run(op.cancel_call())))
+                if not attempt.held:
+                    return attempt
+                break
+            fence = yield Park(op.nonce, pause)
+            if fence is not None:
+                attempt = Attempt(True, fence, 1)
+            else:
+                attempt = decode_attempt((yield from run(op.call(channel))))
+        # Granted after queueing: a hand-off, leased for the claim window only.
+        if not op.claim_inline or int((yield from run(op.claim_call()))) == 1:
+            return attempt._replace(handed=True)
+        # The claim window ran out before we claimed it: queue again.
         attempt = decode_attempt((yield from run(op.call(channel))))
-    return attempt
 
 
 def cancel(op: AcquireOp) -> Generator[Effect, Any, Attempt]:

@@ -105,6 +105,10 @@ local function handoff(retention, overwrite)
   redis.call('HDEL', E, w)
   local p = entry_fields(e)
   local fence = grant(w, p[4], p[2], p[5], num(now_ms()), retention, overwrite)
+  -- Leased only for the claim window until the waiter confirms (its watchdog's
+  -- first renewal, or CLAIM): a waiter that died meanwhile costs that, not a lease.
+  local ttl = tonumber(p[2])
+  if ttl == 0 or ttl > CLAIM_MS then redis.call('PEXPIRE', L, CLAIM_MS) end
   redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
   return true
 end
@@ -112,6 +116,9 @@ end
 
 #: How long a waiter's queue entry lives without being refreshed (ms).
 ENTRY_LIFE_MS = 4000
+#: How long a lock handed to a waiter is leased until the waiter claims it (ms).
+HANDOFF_CLAIM_MS = 2000
+_QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 
 # ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, now_ms (client clock, for
 #       the "since" field), retention_ms, channel ('' = do not queue when held),
@@ -224,6 +231,20 @@ redis.call('PEXPIRE', KEYS[1], new)
 return new
 """
 
+# ARGV: owner.  A waiter that was handed the lock takes it for its whole lease
+# (or for good, without expiry). Returns 1 when claimed, 0 when not the owner's.
+CLAIM = r"""
+local h = redis.call('HMGET', KEYS[1], 'owner', 'ttl')
+if h[1] ~= ARGV[1] then return 0 end
+if h[2] == '0' then
+  redis.call('PERSIST', KEYS[1])
+else
+  local p = redis.call('PTTL', KEYS[1])
+  if p >= 0 and p < tonumber(h[2]) then redis.call('PEXPIRE', KEYS[1], h[2]) end
+end
+return 1
+"""
+
 # ARGV: owner, ttl_ms.  Watchdog renewal: never shortens a lease, and never
 # gives a lock without expiry (an outer hold with ttl=None) one.
 # Returns 1 when renewed (or already longer or without expiry), 0 when not owned.
@@ -308,6 +329,7 @@ acquire_script = Script("acquire", ACQUIRE)
 release_script = Script("release", RELEASE)
 extend_script = Script("extend", EXTEND)
 renew_script = Script("renew", RENEW)
+claim_script = Script("claim", CLAIM)
 cancel_script = Script("cancel", CANCEL)
 force_release_script = Script("force_release", FORCE_RELEASE)
 force_extend_script = Script("force_extend", FORCE_EXTEND)

@@ -52,7 +52,14 @@ class WatchEntry:
     )  # fmt: skip
 
     def __init__(
-        self, lock: Renewable, owner: str, backend: Backend, key: bytes, ttl_ms: int, name: str
+        self,
+        lock: Renewable,
+        owner: str,
+        backend: Backend,
+        key: bytes,
+        ttl_ms: int,
+        name: str,
+        claim_ms: int | None = None,
     ) -> None:
         now = time.monotonic()
         # A Lock garbage-collected while held stops being renewed (its lease then
@@ -65,6 +72,12 @@ class WatchEntry:
         self.due = now + ttl_ms / 3000.0
         #: When the last renewal Redis confirmed was sent (the lease runs at least a ttl from it).
         self.confirmed_at = now
+        if claim_ms is not None:
+            # A hand-off, leased for the claim window only: renew (claim) within a
+            # third of it (a short hold is released before that and costs nothing),
+            # and count it lost by the end of the window.
+            self.due = now + min(ttl_ms, claim_ms) / 3000.0
+            self.confirmed_at = now - max(0, ttl_ms - claim_ms) / 1000.0
         self.in_flight = False
 
     @property
@@ -99,10 +112,21 @@ class Watchdog:
         self._busy: set[int] = set()  # backends with a batch in flight
 
     def watch(
-        self, lock: Renewable, owner: str, backend: Backend, key: bytes, ttl_ms: int, name: str
+        self,
+        lock: Renewable,
+        owner: str,
+        backend: Backend,
+        key: bytes,
+        ttl_ms: int,
+        name: str,
+        claim_ms: int | None = None,
     ) -> WatchEntry:
-        """Start renewing *key* on *backend* for *owner* every ~ttl/3 while *lock* is alive."""
-        entry = WatchEntry(lock, owner, backend, key, ttl_ms, name)
+        """Start renewing *key* on *backend* for *owner* every ~ttl/3 while *lock* is alive.
+
+        *claim_ms*: the hold was handed off and is leased for that long only, so
+        the first renewal (which claims it) is due within a third of that.
+        """
+        entry = WatchEntry(lock, owner, backend, key, ttl_ms, name, claim_ms)
         with self._cond:
             self._entries[id(entry)] = entry
             if self._thread is None:

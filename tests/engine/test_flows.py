@@ -227,7 +227,7 @@ def test_blocking_queued_then_handed_off() -> None:
             Step(park(SLICE), reply=99),
         ],
     )
-    assert result == Attempt(True, 99, 1)
+    assert result == Attempt(True, 99, 1, handed=True)
     assert contended == [20_000]
 
 
@@ -250,7 +250,7 @@ def test_hub_not_subscribed_when_queued_asks_again(ready: bool, subscribed: bool
             Step(acquire_run(CHANNEL), reply=[b"12", b"1"]),
         ],
     )
-    assert result == Attempt(True, 12, 1)
+    assert result == Attempt(True, 12, 1, handed=True)
     assert contended == [500]  # told once, for the first answer
     acquire_calls = [e.call for e in effects if type(e) is Run]
     assert len(acquire_calls) == 2
@@ -270,7 +270,7 @@ def test_hub_not_ready_still_held_after_subscribing_waits() -> None:
             Step(park(0.301), reply=5),
         ],
     )
-    assert result == Attempt(True, 5, 1)
+    assert result == Attempt(True, 5, 1, handed=True)
 
 
 def test_park_timeout_polls_and_the_poll_grants() -> None:
@@ -289,7 +289,7 @@ def test_park_timeout_polls_and_the_poll_grants() -> None:
         ],
         clock,
     )
-    assert result == Attempt(True, 314, 1)
+    assert result == Attempt(True, 314, 1, handed=True)
 
 
 def test_poll_finds_the_missed_hand_off() -> None:
@@ -305,7 +305,7 @@ def test_poll_finds_the_missed_hand_off() -> None:
             Step(acquire_run(CHANNEL), reply=[b"77", b"1"]),
         ],
     )
-    assert result == Attempt(True, 77, 1)
+    assert result == Attempt(True, 77, 1, handed=True)
 
 
 def test_deadline_passing_cancels_the_wait() -> None:
@@ -365,7 +365,7 @@ def test_cancel_reveals_the_lock_was_handed_to_us() -> None:
         ],
         clock,
     )
-    assert result == Attempt(True, 88, 1)
+    assert result == Attempt(True, 88, 1, handed=True)
 
 
 def test_cancel_after_the_deadline_retries_an_ambiguous_reply() -> None:
@@ -382,7 +382,7 @@ def test_cancel_after_the_deadline_retries_an_ambiguous_reply() -> None:
         ],
         clock,
     )
-    assert result == Attempt(True, 9, 1)
+    assert result == Attempt(True, 9, 1, handed=True)
     assert effects[-1].call is effects[-2].call
 
 
@@ -527,7 +527,7 @@ def test_ambiguous_reply_in_a_poll_is_retried_with_the_same_nonce() -> None:
             Step(acquire_run(CHANNEL), reply=[b"6", b"1"]),
         ],
     )
-    assert result == Attempt(True, 6, 1)
+    assert result == Attempt(True, 6, 1, handed=True)
     runs = [e for e in effects if type(e) is Run]
     assert runs[1].call is runs[0].call
     assert runs[3].call is runs[2].call
@@ -774,7 +774,7 @@ def test_driver_non_blocking_never_touches_the_hub(mode: str) -> None:
 def test_driver_queued_then_handed_off(mode: str) -> None:
     backend, hub = fakes(mode, [held_reply(400)], fences=(21,))
     result = run_driver(mode, flows.acquire(make_op(blocking=True, timeout=None)), backend)
-    assert result == Attempt(True, 21, 1)
+    assert result == Attempt(True, 21, 1, handed=True)
     assert backend.calls[0].args[6] == CHANNEL  # queued on the hub's channel
     assert hub.registered == [NONCE]
     assert hub.waits == [(("waiter", NONCE), pytest.approx(0.401))]
@@ -786,7 +786,7 @@ def test_driver_queued_then_handed_off(mode: str) -> None:
 def test_driver_subscribes_when_the_hub_was_not_ready(mode: str) -> None:
     backend, hub = fakes(mode, [held_reply(400), 33], ready=False)
     result = run_driver(mode, flows.acquire(make_op(blocking=True, timeout=None)), backend)
-    assert result == Attempt(True, 33, 1)
+    assert result == Attempt(True, 33, 1, handed=True)
     assert hub.subscriptions == 1
     assert len(backend.calls) == 2
     assert hub.unregistered == [NONCE]
@@ -796,7 +796,7 @@ def test_driver_subscribes_when_the_hub_was_not_ready(mode: str) -> None:
 def test_driver_retries_an_ambiguous_reply_with_the_same_call(mode: str) -> None:
     backend, hub = fakes(mode, [ambiguous(), held_reply(400), 8], fences=(None,))
     result = run_driver(mode, flows.acquire(make_op(blocking=True, timeout=None)), backend)
-    assert result == Attempt(True, 8, 1)
+    assert result == Attempt(True, 8, 1, handed=True)
     assert backend.calls[1] is backend.calls[0]
     assert hub.waits and hub.unregistered == [NONCE]
 
@@ -895,3 +895,44 @@ def test_run_async_closes_the_flow_when_the_backend_raises() -> None:
     assert log == ["closed"]
     assert running.gi_frame is None  # finished, not left suspended
     assert hub.unregistered == ["n1"]
+
+
+def _claim_run(effect: Any) -> None:
+    assert type(effect) is Run, effect
+    assert effect.call.script.name == "claim"
+    assert tuple(effect.call.keys) == KEYS[:1] and tuple(effect.call.args) == (OWNER,)
+
+
+def test_a_hand_off_is_claimed_inline_when_asked() -> None:
+    op = make_op(blocking=True)
+    op.claim_inline = True
+    result, _ = drive(
+        flows.acquire(op),
+        [
+            Step(hub_ready, reply=(True, CHANNEL)),
+            Step(acquire_run(CHANNEL), reply=held_reply(20_000)),
+            Step(listen, reply=True),
+            Step(park(SLICE), reply=99),
+            Step(_claim_run, reply=1),
+        ],
+    )
+    assert result == Attempt(True, 99, 1, handed=True)
+
+
+def test_a_hand_off_whose_claim_window_ran_out_queues_again() -> None:
+    op = make_op(blocking=True)
+    op.claim_inline = True
+    result, _ = drive(
+        flows.acquire(op),
+        [
+            Step(hub_ready, reply=(True, CHANNEL)),
+            Step(acquire_run(CHANNEL), reply=held_reply(20_000)),
+            Step(listen, reply=True),
+            Step(park(SLICE), reply=99),
+            Step(_claim_run, reply=0),  # somebody else has it now
+            Step(acquire_run(CHANNEL), reply=held_reply(5_000)),
+            Step(park(SLICE), reply=100),
+            Step(_claim_run, reply=1),
+        ],
+    )
+    assert result == Attempt(True, 100, 1, handed=True)
