@@ -19,6 +19,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_redislock import LockBackendError, LockLost, LockManager, LockNotOwned
+from tests.redis_server import RedisServer
 from tests.tcp_proxy import TcpProxy
 
 
@@ -239,3 +240,38 @@ def test_a_lock_handed_to_a_dead_waiter_costs_the_claim_window_not_its_lease(
     finally:
         doomed.kill()
         doomed.wait(5)
+
+
+def test_releasing_cancelling_and_force_releasing_work_when_redis_is_full(name: str) -> None:
+    server = RedisServer("--maxmemory-policy", "noeviction")
+    try:
+        manager = LockManager(url=f"{server.url}?socket_timeout=5")
+        raw = redis.Redis.from_url(server.url)
+        held = manager.lock(name, auto_renew=False)
+        assert held.acquire() and held.acquire()  # two holds: a partial release comes first
+        forced = manager.lock(f"{name}:forced", owner="stuck")
+        assert forced.acquire()
+        blocker = manager.lock(f"{name}:busy", owner="blocker")
+        assert blocker.acquire()
+        waiter = manager.lock(f"{name}:busy")
+        assert waiter.acquire(timeout=0.05) is False  # subscribes the wake-up hub beforehand
+        waited: list[bool] = []
+        queued_waiter = threading.Thread(target=lambda: waited.append(waiter.acquire(timeout=0.5)))
+        queued_waiter.start()
+        queue_key = manager.backend().keyspace.keys(f"{name}:busy").queue
+        _wait_for(lambda: raw.llen(queue_key) == 1, "the waiter never queued")
+        raw.config_set("maxmemory", 1)  # far below what is used: Redis is full
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            raw.set("junk", "x")
+        with pytest.raises(LockBackendError, match="out of memory"):
+            manager.lock(f"{name}:new").acquire(blocking=False)
+        assert held.release() == 1
+        assert held.release() == 0
+        assert manager.get(name) is None
+        assert manager.force_release(f"{name}:forced")
+        queued_waiter.join(5)
+        assert waited == [False], "the wait timed out and was cancelled at maxmemory"
+        assert raw.llen(queue_key) == 0
+        blocker.release()
+    finally:
+        server.stop()

@@ -200,8 +200,9 @@ def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
             fence = yield Park(op.nonce, pause)
             if fence is not None:
                 attempt = Attempt(True, fence, 1)
-            else:
+            elif deadline is None or op.clock() < deadline:
                 attempt = decode_attempt((yield from run(op.call(channel))))
+            # else: time is up -- straight to the cancel, which also finds a hand-off
         # Granted after queueing: a hand-off, leased for the claim window only.
         if not op.claim_inline or int((yield from run(op.claim_call()))) == 1:
             return attempt._replace(handed=True)

@@ -202,19 +202,24 @@ end
 if h[2] == nonce then return tonumber(h[3]) end
 local c = tonumber(h[3]) - 1
 if ARGV[4] == 'all' then c = 0 end
+-- Each path's first write needs no memory (HDEL, DEL, LPOP): at maxmemory
+-- Redis refuses a script's first memory-taking write only, so a release
+-- still runs when Redis is full.
 if c > 0 then
+  redis.call('HDEL', L, 'rel')
   redis.call('HSET', L, 'count', c, 'rel', nonce)
   return c
 end
-if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
 if redis.call('EXISTS', Q) == 0 then
   redis.call('DEL', L)
+  if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
   return 0
 end
 """
     + _QUEUE
     + r"""
 if not handoff(retention, true) then redis.call('DEL', L) end
+if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
 return 0
 """
 )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from redis.exceptions import ConnectionError, RedisError, TimeoutError
+from redis.exceptions import ConnectionError, OutOfMemoryError, RedisError, TimeoutError
 
 from ...exceptions import LockBackendError
 from ..calls import AmbiguousReply, Call
@@ -99,4 +99,12 @@ def call_error(exc: RedisError, call: Call) -> Exception:
     """The exception a failed *call* raises: AmbiguousReply when it may have run."""
     if isinstance(exc, AMBIGUOUS_ERRORS):
         return AmbiguousReply(exc)
+    if isinstance(exc, OutOfMemoryError) or str(exc).startswith("OOM"):
+        err = LockBackendError(
+            f"Redis is out of memory (maxmemory reached) and refused to {call.action}: {exc}; "
+            "releasing, cancelling and renewing still work",
+            name=call.name,
+        )
+        err.__cause__ = exc
+        return err
     return backend_error(exc, call.action, call.name)
