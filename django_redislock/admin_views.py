@@ -1,8 +1,9 @@
 """The pages of the admin lock viewer: list, detail, and the release/extend actions.
 
-Each function takes the :class:`~django_redislock.admin.HeldLockAdmin` that
-serves it and checks permissions itself, so a URL reached without a link is no
-way around them. Lock names are user data: templates autoescape them, URLs use
+Each function takes the ``ModelAdmin`` that serves it (:class:`ViewerAdmin`
+declares what they use of it; :class:`~django_redislock.admin.HeldLockAdmin`
+provides it) and checks permissions itself, so a URL reached without a link is
+no way around them. Lock names are user data: templates autoescape them, URLs use
 the admin's ``quote()``, and action payloads are JSON in form fields.
 """
 
@@ -12,16 +13,18 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from django.apps import apps
 from django.contrib import messages
+from django.contrib.admin import AdminSite
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import Model
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
@@ -30,10 +33,8 @@ from .admin_listing import ORDERINGS, ListQuery, scan_window
 from .engine.info import LockInfo
 from .engine.validate import validate_name
 from .exceptions import LockBackendError
+from .manager import LockManager
 from .models import HeldLock
-
-if TYPE_CHECKING:
-    from .admin import HeldLockAdmin
 
 #: Auto-refresh periods (seconds) offered on the list page; 0 = off.
 REFRESH_CHOICES = (0, 5, 30)
@@ -41,6 +42,65 @@ REFRESH_CHOICES = (0, 5, 30)
 MAX_TARGETS = 1000
 #: Longest lease extension an operator may grant at once (seconds).
 MAX_EXTEND_SECONDS = 7 * 86400
+
+
+class ViewerAdmin(Protocol):
+    """What the views use of the ``ModelAdmin`` that serves them (``HeldLockAdmin``).
+
+    The views only read these members, so a class attribute, an instance
+    attribute or a property provides each of them.
+    """
+
+    @property
+    def lock_manager(self) -> LockManager:
+        """The manager whose locks are listed and acted on."""
+        ...
+
+    @property
+    def list_per_page(self) -> int:
+        """Rows per page."""
+        ...
+
+    @property
+    def scan_window(self) -> int:
+        """Rows one list request collects."""
+        ...
+
+    @property
+    def scan_budget(self) -> int:
+        """Most lock keys one list request loads."""
+        ...
+
+    @property
+    def scan_batch(self) -> int:
+        """The SCAN ``COUNT`` hint."""
+        ...
+
+    @property
+    def admin_site(self) -> AdminSite:
+        """The admin site serving the pages."""
+        ...
+
+    @property
+    def model(self) -> type[Model]:
+        """The placeholder model that names the pages (``HeldLock``)."""
+        ...
+
+    def url(self, page: str, *args: Any) -> str:
+        """The URL of one of the viewer's pages ("changelist", "change", ...)."""
+        ...
+
+    def has_view_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may see the lock pages."""
+        ...
+
+    def has_release_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may force-release locks."""
+        ...
+
+    def has_extend_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may extend other holders' leases."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -191,7 +251,7 @@ class Row:
     extra: str
 
 
-def _row(model_admin: HeldLockAdmin, info: LockInfo) -> Row:
+def _row(model_admin: ViewerAdmin, info: LockInfo) -> Row:
     return Row(
         info=info,
         detail_url=model_admin.url("change", quote(info.name)),
@@ -205,7 +265,7 @@ def _row(model_admin: HeldLockAdmin, info: LockInfo) -> Row:
     )
 
 
-def _context(model_admin: HeldLockAdmin, request: HttpRequest, title: str) -> dict[str, Any]:
+def _context(model_admin: ViewerAdmin, request: HttpRequest, title: str) -> dict[str, Any]:
     request.current_app = model_admin.admin_site.name
     opts = model_admin.model._meta
     return {
@@ -226,19 +286,19 @@ def _context(model_admin: HeldLockAdmin, request: HttpRequest, title: str) -> di
 
 
 def backend_unavailable(
-    model_admin: HeldLockAdmin, request: HttpRequest, exc: LockBackendError
+    model_admin: ViewerAdmin, request: HttpRequest, exc: LockBackendError
 ) -> HttpResponse:
     """The page shown (503) when Redis cannot be reached or answers with an error."""
     context = {**_context(model_admin, request, "Redis is unavailable"), "error": str(exc)}
     return TemplateResponse(request, "django_redislock/admin/lock_error.html", context, status=503)
 
 
-def _require_view(model_admin: HeldLockAdmin, request: HttpRequest) -> None:
+def _require_view(model_admin: ViewerAdmin, request: HttpRequest) -> None:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
 
 
-def changelist_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpResponse:
+def changelist_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:
     """The list of held locks: search, filters, ordering, SCAN-windowed pages."""
     _require_view(model_admin, request)
     query, page_number, refresh = _query_from(request)
@@ -306,7 +366,7 @@ def _choices(values: list[str], current: str, url: Callable[[str], str]) -> list
     return out
 
 
-def _task_result_url(model_admin: HeldLockAdmin, task_id: str | None) -> str | None:
+def _task_result_url(model_admin: ViewerAdmin, task_id: str | None) -> str | None:
     """A link to django_celery_results' admin for *task_id*, if this admin site has one."""
     if not task_id or not apps.is_installed("django_celery_results"):
         return None
@@ -334,7 +394,7 @@ def _pretty(data: dict[str, Any] | None) -> str:
     return json.dumps(data, indent=2, sort_keys=True, default=str) if data else ""
 
 
-def change_view(model_admin: HeldLockAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+def change_view(model_admin: ViewerAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
     """Everything known about one lock, with the release and extend buttons."""
     _require_view(model_admin, request)
     name = unquote(object_id)
@@ -356,7 +416,7 @@ def change_view(model_admin: HeldLockAdmin, request: HttpRequest, object_id: str
 
 
 def _action_targets(
-    model_admin: HeldLockAdmin,
+    model_admin: ViewerAdmin,
     request: HttpRequest,
     has_permission: Callable[[HttpRequest], bool],
 ) -> list[Target] | HttpResponse:
@@ -386,11 +446,11 @@ def _targets(request: HttpRequest) -> list[Target]:
     return targets
 
 
-def _current(model_admin: HeldLockAdmin, names: list[str]) -> dict[str, LockInfo]:
+def _current(model_admin: ViewerAdmin, names: list[str]) -> dict[str, LockInfo]:
     return {info.name: info for info in model_admin.lock_manager.get_many(names)}
 
 
-def _back(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpResponseRedirect:
+def _back(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponseRedirect:
     # Only a query string is carried over, so the redirect cannot leave the list page.
     qs = request.POST.get("list_qs", "").lstrip("?")
     return HttpResponseRedirect(model_admin.url("changelist") + ("?" + qs if qs else ""))
@@ -418,7 +478,7 @@ def _log(request: HttpRequest, name: str, flag: int, message: str) -> None:
 
 
 def _confirm_page(
-    model_admin: HeldLockAdmin,
+    model_admin: ViewerAdmin,
     request: HttpRequest,
     action: str,
     targets: list[Target],
@@ -453,7 +513,7 @@ def _confirm_page(
     return TemplateResponse(request, "django_redislock/admin/lock_confirm.html", context)
 
 
-def release_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpResponse:
+def release_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:
     """Force-release the selected locks, after a confirmation page, comparing tokens."""
     targets = _action_targets(model_admin, request, model_admin.has_release_permission)
     if isinstance(targets, HttpResponse):
@@ -504,7 +564,7 @@ def release_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpRespon
     return _back(model_admin, request)
 
 
-def extend_view(model_admin: HeldLockAdmin, request: HttpRequest) -> HttpResponse:
+def extend_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:
     """Add time to the leases of the selected locks, after a confirmation page."""
     targets = _action_targets(model_admin, request, model_admin.has_extend_permission)
     if isinstance(targets, HttpResponse):

@@ -1,7 +1,10 @@
 """Single-instance Celery tasks: :class:`SingleInstanceTask` and the worker-side handlers.
 
 Importing this module imports Celery (``pip install django-redislock[celery]``);
-nothing else in the package does.
+nothing else in the package does. It also registers the task hooks through
+which ``@single_instance`` runs Celery task bodies (see
+:mod:`django_redislock.guard`); the app's ``ready()`` imports it whenever
+Celery is installed.
 
 How a task's lock lives:
 
@@ -26,12 +29,21 @@ from typing import Any
 from celery import Task
 from celery._state import get_current_task
 from celery.exceptions import Retry
+from celery.local import Proxy
 from celery.signals import task_revoked
 from celery.utils import uuid
 
 from ._keys_template import KeySpec
-from .decorators import DEFAULT, TASK_MODES, GuardConfig, lease_left, not_acquired
 from .exceptions import LockBackendError, LockError, LockNotAcquired, LockNotOwned
+from .guard import (
+    DEFAULT,
+    TASK_MODES,
+    GuardConfig,
+    TaskHooks,
+    lease_left,
+    not_acquired,
+    register_task_hooks,
+)
 from .lock import Lock
 
 logger = logging.getLogger("django_redislock.celery")
@@ -251,6 +263,26 @@ def run_decorated_task(
     return run_guarded(task, config, spec, call_args, kwargs, lambda: func(*args, **kwargs))
 
 
+def _running_task(wrapper: Callable[..., Any]) -> Any:
+    """The task whose body the ``@single_instance`` *wrapper* is, when it is running now."""
+    task = get_current_task()
+    if task is not None and getattr(type(task), "run", None) is wrapper:
+        return task
+    return None
+
+
+def _refuse_task(func: Any) -> None:
+    """Refuse ``@single_instance`` stacked above ``@app.task`` (applied to a task)."""
+    # type(), not isinstance(): isinstance() on a lazy task proxy would evaluate it.
+    if issubclass(type(func), Proxy) or issubclass(type(func), Task):
+        raise TypeError(
+            "@single_instance is stacked above the Celery task decorator; put it below:\n"
+            "    @app.task            # or @shared_task\n"
+            "    @single_instance(...)\n"
+            "    def my_task(...): ..."
+        )
+
+
 class SingleInstanceTask(Task):  # type: ignore[misc]
     """A Celery task base class: one execution at a time per lock key.
 
@@ -455,4 +487,13 @@ def _config_of(task: Any) -> tuple[GuardConfig, KeySpec] | None:
 
 task_revoked.connect(
     _release_on_revoke, weak=False, dispatch_uid="django_redislock.release_on_revoke"
+)
+
+# @single_instance reaches Celery only through these (see django_redislock.guard).
+register_task_hooks(
+    TaskHooks(
+        running_task=_running_task,
+        run_task=run_decorated_task,
+        check_decoratable=_refuse_task,
+    )
 )

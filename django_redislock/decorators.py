@@ -18,11 +18,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 import secrets
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -30,7 +28,7 @@ from django.http import HttpRequest, HttpResponse
 
 from ._keys_template import ARGS, KeySpec
 from .engine.info import LockInfo
-from .exceptions import LockNotAcquired
+from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after, task_hooks
 
 if TYPE_CHECKING:
     from .lock import Lock
@@ -39,59 +37,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_redislock")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _Default:
-    def __repr__(self) -> str:
-        return "DEFAULT"
-
-
-#: ``on_locked`` default: raise (functions), 409 (views), ``"skip"`` (tasks).
-DEFAULT: Any = _Default()
-
-#: The ``on_locked`` modes understood by Celery tasks.
-TASK_MODES = ("skip", "retry", "wait", "raise")
-
-
-@dataclass(frozen=True)
-class GuardConfig:
-    """The options of one ``single_instance`` use, shared by every call path."""
-
-    spec: KeySpec
-    ttl: float | None
-    timeout: float | None
-    on_locked: Any
-    owner: str | Callable[..., str] | None
-    lock_on_retry: str
-    manager: LockManager | None
-
-    def lock_manager(self) -> LockManager:
-        """The manager to make locks with (default: ``django_redislock.locks``)."""
-        if self.manager is not None:
-            return self.manager
-        from .manager import locks
-
-        return locks
-
-    def make_lock(self, name: str, owner: str | None, **options: Any) -> Lock:
-        """A Lock on *name* with this config's lease."""
-        if self.ttl is not None:
-            options["ttl"] = self.ttl
-        return self.lock_manager().lock(name, owner=owner, **options)
-
-    def acquire(self, lock: Lock, *, wait: bool = False) -> bool:
-        """Try *lock* within ``timeout`` (0: one attempt; None: no limit)."""
-        return lock.acquire(timeout=self._wait(wait))
-
-    async def aacquire(self, lock: Lock, *, wait: bool = False) -> bool:
-        """:meth:`acquire` for asyncio."""
-        return await lock.aacquire(timeout=self._wait(wait))
-
-    def _wait(self, wait: bool) -> float | None:
-        """How long one call waits: ``timeout``, where 0 means one attempt, unless *wait*."""
-        if wait and self.timeout == 0:
-            return None
-        return self.timeout
 
 
 def single_instance(
@@ -149,9 +94,6 @@ def single_instance(
             lock_on_retry=lock_on_retry,
             manager=manager,
         )
-        if sys.modules.get("celery") is not None:
-            # Connects the worker's revoke handler in processes that run tasks.
-            from . import celery as _celery  # noqa: F401
         if inspect.iscoroutinefunction(func):
             wrapper = _async_wrapper(func, config)
         else:
@@ -172,32 +114,11 @@ def _check_decoratable(func: Any) -> None:
             "view use @method_decorator(single_instance(...), name='dispatch') "
             "(or name='post'), for a Celery task class use SingleInstanceTask"
         )
-    if sys.modules.get("celery") is not None:
-        from celery.app.task import Task
-        from celery.local import Proxy
-
-        # type(), not isinstance(): isinstance() on a lazy task proxy would evaluate it.
-        if issubclass(type(func), Proxy) or issubclass(type(func), Task):
-            raise TypeError(
-                "@single_instance is stacked above the Celery task decorator; put it below:\n"
-                "    @app.task            # or @shared_task\n"
-                "    @single_instance(...)\n"
-                "    def my_task(...): ..."
-            )
+    hooks = task_hooks()
+    if hooks is not None:
+        hooks.check_decoratable(func)  # refuses a decorator stacked above @app.task
     if not callable(func):
         raise TypeError(f"@single_instance needs a function, not {type(func).__name__}")
-
-
-def _running_task(wrapper: Any) -> Any:
-    """The Celery task whose body *wrapper* is, when that task is running now."""
-    if sys.modules.get("celery") is None:
-        return None
-    from celery._state import get_current_task
-
-    task = get_current_task()
-    if task is not None and getattr(type(task), "run", None) is wrapper:
-        return task
-    return None
 
 
 def _call_owner(config: GuardConfig, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -210,11 +131,11 @@ def _call_owner(config: GuardConfig, args: tuple[Any, ...], kwargs: dict[str, An
 def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        task = _running_task(wrapper)
-        if task is not None:
-            from .celery import run_decorated_task
-
-            return run_decorated_task(task, config, func, args, kwargs)
+        hooks = task_hooks()
+        if hooks is not None:
+            task = hooks.running_task(wrapper)
+            if task is not None:  # the body of a task running now: the task id owns the lock
+                return hooks.run_task(task, config, func, args, kwargs)
         request = args[0] if args and isinstance(args[0], HttpRequest) else None
         name = config.spec.render(args, kwargs)
         owner = _call_owner(config, args, kwargs)
@@ -293,17 +214,6 @@ def _purpose(config: GuardConfig, request: HttpRequest | None) -> str:
     return config.spec.base
 
 
-def _holder(info: LockInfo | None) -> str:
-    if info is None:
-        return "(released meanwhile)"
-    return info.task_id or info.owner or "?"
-
-
-def not_acquired(name: str, info: LockInfo | None) -> LockNotAcquired:
-    """The LockNotAcquired raised when *name* is held (by *info*'s holder)."""
-    return LockNotAcquired(f"lock {name!r} is held by {_holder(info)}", name=name)
-
-
 def _function_locked(
     config: GuardConfig,
     name: str,
@@ -317,25 +227,16 @@ def _function_locked(
     if on_locked == "retry":
         raise TypeError("on_locked='retry' only works on Celery tasks")
     logger.info(
-        "redislock: call of %s skipped: lock %r held by %s", config.spec.base, name, _holder(info)
+        "redislock: call of %s skipped: lock %r held by %s",
+        config.spec.base,
+        name,
+        holder_text(info),
     )
     if on_locked == "skip":
         return None
     if callable(on_locked):
         return on_locked(info, *args, **kwargs)
     return on_locked
-
-
-def lease_left(info: LockInfo | None) -> int | None:
-    """Whole seconds (at least 1) until the holder's lease runs out; None if unknown."""
-    if info is not None and info.ttl is not None and not math.isinf(info.ttl):
-        return max(1, math.ceil(info.ttl))
-    return None
-
-
-def retry_after(info: LockInfo | None, config: GuardConfig) -> int:
-    """The ``Retry-After`` seconds for a refused request: the holder's lease, else our ttl."""
-    return lease_left(info) or max(1, math.ceil(config.ttl or 1))
 
 
 def _view_locked(
@@ -347,7 +248,7 @@ def _view_locked(
         request.method,
         request.path,
         name,
-        _holder(info),
+        holder_text(info),
     )
     if on_locked == "raise":
         raise not_acquired(name, info)

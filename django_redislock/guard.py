@@ -1,0 +1,169 @@
+"""What ``@single_instance`` and the Celery integration share.
+
+:mod:`django_redislock.decorators` (the decorator) and
+:mod:`django_redislock.celery` (``SingleInstanceTask`` and the worker-side
+handlers) both build on this module; neither imports the other. It holds:
+
+* :class:`GuardConfig`, the options of one guarded function or task class, and
+  the ``on_locked`` vocabulary (:data:`DEFAULT`, :data:`TASK_MODES`);
+* the helpers that describe a refusal: :func:`holder_text`,
+  :func:`not_acquired`, :func:`lease_left`, :func:`retry_after`;
+* the **task hooks**: how the decorator reaches a task framework without
+  importing it. The Celery integration registers its :class:`TaskHooks` when
+  it is imported, which ``RedisLockConfig.ready()`` does whenever Celery is
+  installed. :func:`task_hooks` is the one fallback for code decorated before
+  the apps are ready: if Celery is imported but the integration is not, it
+  imports the integration.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._keys_template import KeySpec
+from .engine.info import LockInfo
+from .exceptions import LockNotAcquired
+
+if TYPE_CHECKING:
+    from .lock import Lock
+    from .manager import LockManager
+
+__all__ = [
+    "DEFAULT",
+    "TASK_MODES",
+    "GuardConfig",
+    "TaskHooks",
+    "holder_text",
+    "lease_left",
+    "not_acquired",
+    "register_task_hooks",
+    "retry_after",
+    "task_hooks",
+]
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: ``on_locked`` default: raise (functions), 409 (views), ``"skip"`` (tasks).
+DEFAULT: Any = _Default()
+
+#: The ``on_locked`` modes understood by Celery tasks.
+TASK_MODES = ("skip", "retry", "wait", "raise")
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """The options of one ``single_instance`` use, shared by every call path."""
+
+    spec: KeySpec
+    ttl: float | None
+    timeout: float | None
+    on_locked: Any
+    owner: str | Callable[..., str] | None
+    lock_on_retry: str
+    manager: LockManager | None
+
+    def lock_manager(self) -> LockManager:
+        """The manager to make locks with (default: ``django_redislock.locks``)."""
+        if self.manager is not None:
+            return self.manager
+        from .manager import locks
+
+        return locks
+
+    def make_lock(self, name: str, owner: str | None, **options: Any) -> Lock:
+        """A Lock on *name* with this config's lease."""
+        if self.ttl is not None:
+            options["ttl"] = self.ttl
+        return self.lock_manager().lock(name, owner=owner, **options)
+
+    def acquire(self, lock: Lock, *, wait: bool = False) -> bool:
+        """Try *lock* within ``timeout`` (0: one attempt; None: no limit)."""
+        return lock.acquire(timeout=self._wait(wait))
+
+    async def aacquire(self, lock: Lock, *, wait: bool = False) -> bool:
+        """:meth:`acquire` for asyncio."""
+        return await lock.aacquire(timeout=self._wait(wait))
+
+    def _wait(self, wait: bool) -> float | None:
+        """How long one call waits: ``timeout``, where 0 means one attempt, unless *wait*."""
+        if wait and self.timeout == 0:
+            return None
+        return self.timeout
+
+
+def holder_text(info: LockInfo | None) -> str:
+    """Who holds the lock *info* describes, for messages: task id, else owner."""
+    if info is None:
+        return "(released meanwhile)"
+    return info.task_id or info.owner or "?"
+
+
+def not_acquired(name: str, info: LockInfo | None) -> LockNotAcquired:
+    """The LockNotAcquired raised when *name* is held (by *info*'s holder)."""
+    return LockNotAcquired(f"lock {name!r} is held by {holder_text(info)}", name=name)
+
+
+def lease_left(info: LockInfo | None) -> int | None:
+    """Whole seconds (at least 1) until the holder's lease runs out; None if unknown."""
+    if info is not None and info.ttl is not None and not math.isinf(info.ttl):
+        return max(1, math.ceil(info.ttl))
+    return None
+
+
+def retry_after(info: LockInfo | None, config: GuardConfig) -> int:
+    """The ``Retry-After`` seconds for a refused request: the holder's lease, else our ttl."""
+    return lease_left(info) or max(1, math.ceil(config.ttl or 1))
+
+
+# -- task hooks ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskHooks:
+    """What a task framework integration lends ``@single_instance``."""
+
+    #: ``running_task(wrapper)``: the task whose body *wrapper* is, when that
+    #: task is running now in this thread; else None.
+    running_task: Callable[[Callable[..., Any]], Any]
+    #: ``run_task(task, config, func, args, kwargs)``: run one execution of the
+    #: decorated *func* as the body of *task*, under its lock.
+    run_task: Callable[[Any, GuardConfig, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+    #: ``check_decoratable(func)``: raise TypeError when *func* is already a
+    #: task (the decorator is stacked above the task decorator).
+    check_decoratable: Callable[[Any], None]
+
+
+_task_hooks: TaskHooks | None = None
+
+#: The module that registers the Celery hooks when imported.
+_CELERY_INTEGRATION = "django_redislock.celery"
+
+
+def register_task_hooks(hooks: TaskHooks) -> None:
+    """Install *hooks*; the Celery integration calls this when it is imported."""
+    global _task_hooks
+    _task_hooks = hooks
+
+
+def task_hooks() -> TaskHooks | None:
+    """The registered task hooks, or None when no task framework is in use.
+
+    ``RedisLockConfig.ready()`` imports the Celery integration (which registers
+    them) whenever Celery is installed. This is the one fallback, for a function
+    decorated or called before the apps are ready: when this process has
+    imported Celery but not the integration yet, it is imported here.
+    """
+    hooks = _task_hooks
+    if hooks is None and sys.modules.get("celery") is not None:
+        importlib.import_module(_CELERY_INTEGRATION)
+        hooks = _task_hooks
+    return hooks
