@@ -452,6 +452,7 @@ class Lock:
             known_holds.set((self._source.backend().keyspace.prefix, self.name, owner), holds)
 
     def _release_unconfirmed(self, owner: str, everything: bool) -> None:
+        self._holds.release_failed(owner)
         # The release may or may not have happened. It counts as done: should it
         # not have, the owner's next acquire drops the hold instead of counting
         # it, so the lock cannot stay held for good.

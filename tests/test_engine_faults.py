@@ -6,6 +6,8 @@ refuses traffic on demand (a real server cannot be told to lose one reply).
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -275,3 +277,52 @@ def test_releasing_cancelling_and_force_releasing_work_when_redis_is_full(name: 
         blocker.release()
     finally:
         server.stop()
+
+
+def test_a_child_forked_while_a_thread_held_the_pool_lock_does_not_hang(
+    direct: LockManager, name: str
+) -> None:
+    """The fork hazard made deterministic: instead of forking hundreds of times under
+    load until a fork lands while the watchdog or a waiter is inside the connection
+    pool, a parent thread holds the real pool's lock across a real fork(). The
+    parent has a subscribed wake-up hub too: dropping it in the child must not hang."""
+    assert direct.lock(name).acquire(blocking=False)  # the pool exists and is ours
+    direct.lock(name).release()
+    blocker = direct.lock(f"{name}:busy", owner="someone else")
+    assert blocker.acquire()
+    assert direct.lock(f"{name}:busy").acquire(timeout=0.05) is False  # subscribes the hub
+    blocker.release()
+    pool = direct.client.connection_pool
+    holding, done = threading.Event(), threading.Event()
+
+    def hold_pool_lock() -> None:
+        with pool._lock:
+            holding.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold_pool_lock)
+    holder.start()
+    assert holding.wait(5)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: one lock round trip, then report by exit status
+            status = 1
+            try:
+                with direct.lock(f"{name}:child", timeout=5):
+                    status = 0
+            finally:
+                os._exit(status)
+        deadline = time.monotonic() + 15
+        while True:
+            finished, status = os.waitpid(pid, os.WNOHANG)
+            if finished:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung on its first Redis command")
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        done.set()
+        holder.join(5)

@@ -26,6 +26,9 @@ class Hold:
     watch: Any = None
     #: Why the hold was lost (None while it is believed held).
     lost_reason: str | None = None
+    #: Its last release is on its way to Redis: a renewal that finds the lock
+    #: gone meanwhile is that release, not a loss.
+    releasing: bool = False
 
 
 class HoldTable:
@@ -62,7 +65,14 @@ class HoldTable:
         return hold, None
 
     def release_nonce(self, owner: str, everything: bool, new_nonce: Callable[[], str]) -> str:
-        """The nonce of the next release: a pending one's again, else a new one."""
+        """The nonce of the next release: a pending one's again, else a new one.
+
+        Marks a hold whose last hold this release gives back as ``releasing``
+        until :meth:`released` or :meth:`release_failed`.
+        """
+        hold = self._holds.get(owner)
+        if hold is not None and (everything or hold.count <= 1):
+            hold.releasing = True
         key = (owner, everything)
         nonce = self._pending.get(key)
         if nonce is None:
@@ -85,6 +95,12 @@ class HoldTable:
                 return None
         return self._holds.pop(owner)
 
+    def release_failed(self, owner: str) -> None:
+        """The release's outcome is unknown: the hold is kept for a retry."""
+        hold = self._holds.get(owner)
+        if hold is not None:
+            hold.releasing = False
+
     def forget(self, owner: str) -> Hold | None:
         """Drop *owner*'s hold without telling Redis; returns it."""
         return self._holds.pop(owner, None)
@@ -92,7 +108,7 @@ class HoldTable:
     def mark_lost(self, owner: str, reason: str) -> Hold | None:
         """Record that *owner*'s hold was lost; returns it if this is news."""
         hold = self._holds.get(owner)
-        if hold is None or hold.lost_reason is not None:
+        if hold is None or hold.lost_reason is not None or hold.releasing:
             return None
         hold.lost_reason = reason
         hold.watch = None

@@ -84,9 +84,15 @@ def current_owner() -> str:
     return pair[1]
 
 
-def on_fork_in_child(hook: Callable[[], None]) -> None:
-    """Register *hook* to run in a child process right after ``os.fork()``."""
-    _fork_hooks.append(hook)
+def on_fork_in_child(hook: Callable[[], None], *, first: bool = False) -> None:
+    """Register *hook* to run in a child process right after ``os.fork()``.
+
+    *first* hooks run before the others (those that make the rest safe to run).
+    """
+    if first:
+        _fork_hooks.insert(0, hook)
+    else:
+        _fork_hooks.append(hook)
 
 
 def _after_fork_in_child() -> None:

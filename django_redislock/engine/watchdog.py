@@ -49,6 +49,7 @@ class WatchEntry:
 
     __slots__ = (
         "lock_ref", "owner", "backend", "call", "ttl_ms", "due", "confirmed_at", "in_flight",
+        "slack",
     )  # fmt: skip
 
     def __init__(
@@ -76,9 +77,13 @@ class WatchEntry:
             # A hand-off, leased for the claim window only: renew (claim) within a
             # third of it (a short hold is released before that and costs nothing),
             # and count it lost by the end of the window.
-            self.due = now + min(ttl_ms, claim_ms) / 3000.0
+            window = min(ttl_ms, claim_ms) / 1000.0
+            self.due = now + window / 3
             self.confirmed_at = now - max(0, ttl_ms - claim_ms) / 1000.0
+            self.slack = window / 6
         self.in_flight = False
+        #: How early a due renewal may join a batch that is sent anyway.
+        self.slack = self.retry_in
 
     @property
     def lost_at(self) -> float:
@@ -213,7 +218,7 @@ class Watchdog:
             if entry.in_flight:
                 continue
             backend_id = id(entry.backend)
-            if entry.due <= now + entry.retry_in and backend_id not in self._busy:
+            if entry.due <= now + entry.slack and backend_id not in self._busy:
                 batches.setdefault(backend_id, []).append(entry)
             else:
                 wake_at = min(wake_at, entry.due)
@@ -252,6 +257,7 @@ class Watchdog:
                 elif result == 1:
                     entry.confirmed_at = started
                     entry.due = started + entry.ttl_ms / 3000.0
+                    entry.slack = entry.retry_in
                 else:
                     self._entries.pop(id(entry), None)
                     lost.append((entry, "the lock was no longer held by this owner at renewal"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -10,6 +11,7 @@ from redis.exceptions import ConnectionError, OutOfMemoryError, RedisError, Time
 
 from ...exceptions import LockBackendError
 from ..calls import AmbiguousReply, Call
+from ..identity import on_fork_in_child
 from ..info import LockInfo
 from ..keys import KeySpace
 
@@ -108,3 +110,33 @@ def call_error(exc: RedisError, call: Call) -> Exception:
         err.__cause__ = exc
         return err
     return backend_error(exc, call.action, call.name)
+
+
+_pools: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def make_fork_safe(client: Any) -> None:
+    """Let a forked child use *client*'s connection pool even if a parent thread held it.
+
+    redis-py resets a pool in a child on its first command, under the pool's
+    locks. A lock some parent thread (the watchdog, a waiter) held at the
+    moment of ``fork()`` stays held for ever in the child, and the child hangs
+    on its first command. The child has only the forking thread, so its copies
+    of these locks are replaced with fresh ones right after the fork.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        _pools.add(pool)
+
+
+def _fresh_pool_locks() -> None:
+    for pool in list(_pools):
+        for attribute in ("_lock", "_fork_lock"):
+            old = getattr(pool, attribute, None)
+            if old is not None:
+                setattr(pool, attribute, type(old)())
+
+
+# First: the other hooks drop objects (the wake-up hubs' pub/sub) whose cleanup
+# goes through these pools, and would hang on a lock held at fork time.
+on_fork_in_child(_fresh_pool_locks, first=True)

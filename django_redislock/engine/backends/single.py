@@ -17,7 +17,7 @@ from ..calls import Call
 from ..info import LockInfo
 from ..keys import KeySpace
 from ..wakeup import WakeHub, hub_for
-from .base import BackendFeatures, backend_error, call_error
+from .base import BackendFeatures, backend_error, call_error, make_fork_safe
 
 
 class _Single:
@@ -53,6 +53,10 @@ class _Single:
 
 class SingleBackend(_Single):
     """A blocking backend on one redis-py client."""
+
+    def __init__(self, client: Any, keyspace: KeySpace, retention_ms: int) -> None:
+        super().__init__(client, keyspace, retention_ms)
+        make_fork_safe(client)
 
     def run(self, call: Call) -> Any:
         """Run *call* with EVALSHA (loading the script on NOSCRIPT)."""
