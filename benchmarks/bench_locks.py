@@ -30,6 +30,12 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_locks.py --quick      # smoke test, ~40 s
     .venv/bin/python benchmarks/bench_locks.py --rounds 200 --duration 10 --reps 3
 
+Before/after in one run: ``--baseline PATH`` (a ``git worktree`` of an older commit)
+adds ``ours@baseline`` (our package imported from PATH) and ``ours@current`` (from
+this tree) to every experiment. Both run in a spawned process per tree that forks
+its own workers (the package name is the same, so they cannot share a process),
+interleaved with the other libraries; compare the two with each other.
+
 Results: a table on stdout and JSON in ``benchmarks/results/``.
 """
 
@@ -56,6 +62,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+#: ``--baseline``: the source tree whose django_redislock this process imports. Set by
+#: the parent in the environment of the spawned tree processes only (see TreePool).
+TREE_ENV = "BENCH_REDISLOCK_TREE"
+if os.environ.get(TREE_ENV):
+    sys.path.insert(0, os.environ[TREE_ENV])
 
 import redis  # noqa: E402
 
@@ -135,7 +146,9 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 # blocks and .release().
 # --------------------------------------------------------------------------------------
 
-_CAD = """if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"""
+_CAD = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
 
 
 class FloorLock:
@@ -294,6 +307,11 @@ UNCONTENDED_DEFAULT = [
 CONTENDED_DEFAULT = ["ours", "prl", "redispy", "redispy_1ms", "pottery"]
 WAKE_DEFAULT = ["ours", "prl", "redispy", "redispy_1ms", "pottery"]
 
+#: ``--baseline``: library keys run in a TreePool -> (that pool, the key run inside it).
+#: ``ours@current`` and ``ours@baseline`` are both ``ours`` run the same way (a spawned
+#: process per source tree that forks its own workers), so their ratio is fair.
+REMOTE: dict[str, tuple[Any, str]] = {}
+
 
 # --------------------------------------------------------------------------------------
 # Statistics helpers
@@ -318,40 +336,50 @@ def fmt(v: float | None, digits: int = 1) -> str:
 # --------------------------------------------------------------------------------------
 
 
+def uncontended_ops(lib_key: str, name: str, count: int) -> list[tuple[float, float]]:
+    """*count* create + acquire + release of a free lock: (wall us, thread CPU us) each."""
+    make = LIBS[lib_key].make
+    blocking = lib_key not in ("floor", "ours_raw")
+    thread_ns = time.thread_time_ns
+    perf_ns = time.perf_counter_ns
+    out = []
+    for _ in range(count):
+        c0 = thread_ns()
+        t0 = perf_ns()
+        lk = make(name)
+        if not lk.acquire(blocking=blocking):
+            raise RuntimeError(f"{lib_key}: uncontended acquire failed")
+        lk.release()
+        t1 = perf_ns()
+        out.append(((t1 - t0) / 1000.0, (thread_ns() - c0) / 1000.0))
+    return out
+
+
+def _ops(k: str, name: str, count: int) -> list[tuple[float, float]]:
+    """uncontended_ops here, or in k's tree process (timed there, the same way)."""
+    if k in REMOTE:
+        tree, inner = REMOTE[k]
+        return tree.uncontended(inner, name, count)
+    return uncontended_ops(k, name, count)
+
+
 def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> dict[str, Any]:
     samples: dict[str, list[float]] = {k: [] for k in libs}
     cpu: dict[str, list[float]] = {k: [] for k in libs}
     per_round: dict[str, list[float]] = {k: [] for k in libs}
     names = {k: f"bench:u:{k}" for k in libs}
-    makers = {k: LIBS[k].make for k in libs}
-    thread_ns = time.thread_time_ns
-
-    def one(k: str) -> tuple[int, int]:
-        name = names[k]
-        c0 = thread_ns()
-        t0 = time.perf_counter_ns()
-        lk = makers[k](name)
-        if not lk.acquire(blocking=False if k in ("floor", "ours_raw") else True):
-            raise RuntimeError(f"{k}: uncontended acquire failed")
-        lk.release()
-        t1 = time.perf_counter_ns()
-        return t1 - t0, thread_ns() - c0
 
     for k in libs:  # warm-up: script loading, connections, threads, imports
-        for _ in range(warmup):
-            one(k)
+        _ops(k, names[k], warmup)
     order = list(libs)
     started = time.monotonic()
-    for rnd in range(rounds):
+    for _ in range(rounds):
         random.shuffle(order)
         for k in order:
-            out, cout = samples[k], cpu[k]
-            mine = []
-            for _ in range(batch):
-                wall, c = one(k)
-                mine.append(wall / 1000.0)
-                cout.append(c / 1000.0)
-            out.extend(mine)
+            got = _ops(k, names[k], batch)
+            mine = [wall for wall, _c in got]
+            samples[k].extend(mine)
+            cpu[k].extend(c for _w, c in got)
             per_round[k].append(statistics.median(mine))
     elapsed = time.monotonic() - started
     # Redis-side CPU per operation (INFO commandstats), one short pass per library.
@@ -360,8 +388,7 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
     for k in libs:
         n = max(50, min(500, rounds * batch // 4))
         r.config_resetstat()
-        for _ in range(n):
-            one(k)
+        _ops(k, names[k], n)
         stats = r.info("commandstats")
         server_us[k] = (
             sum(
@@ -377,7 +404,7 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
         s = samples[k]
         p50, p90 = pct(s, 50), pct(s, 90)
         paired = (
-            [a / b for a, b in zip(per_round[k], per_round["floor"])]
+            [a / b for a, b in zip(per_round[k], per_round["floor"], strict=True)]
             if "floor" in per_round
             else []
         )
@@ -394,6 +421,12 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
             "client_cpu_p50_us": pct(cpu[k], 50),
             "redis_cpu_us_per_op": server_us[k],
         }
+    if "ours@current" in per_round and "ours@baseline" in per_round:
+        paired = [
+            a / b
+            for a, b in zip(per_round["ours@current"], per_round["ours@baseline"], strict=True)
+        ]
+        rows["ours@current"]["paired_ratio_to_baseline"] = statistics.median(paired)
     return {"rounds": rounds, "batch": batch, "elapsed_s": elapsed, "rows": rows}
 
 
@@ -531,20 +564,28 @@ def worker_main(conn: Any, events: tuple[Any, Any, Any]) -> None:
 
 
 class Pool:
-    def __init__(self, size: int) -> None:
+    """*size* worker processes forked now, each running *target* (worker_main)."""
+
+    def __init__(self, size: int, target: Callable[[Any, Any], None] | None = None) -> None:
         ctx = mp.get_context("fork")
         self.events = (ctx.Event(), ctx.Event(), ctx.Event())
         self.conns = []
         self.procs = []
         for _ in range(size):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=worker_main, args=(child, self.events), daemon=True)
+            p = ctx.Process(target=target or worker_main, args=(child, self.events), daemon=True)
             p.start()
             self.conns.append(parent)
             self.procs.append(p)
 
+    def clear_events(self) -> None:
+        for ev in self.events:
+            ev.clear()
+
     def run(self, cmds: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
-        for conn, cmd in zip(self.conns, cmds):
+        if len(cmds) > len(self.conns):
+            raise RuntimeError(f"{len(cmds)} commands for a pool of {len(self.conns)}")
+        for conn, cmd in zip(self.conns, cmds, strict=False):
             conn.send(cmd)
         out = []
         deadline = time.monotonic() + timeout
@@ -564,6 +605,144 @@ class Pool:
             p.join(2)
             if p.is_alive():
                 p.terminate()
+
+
+def _tree_commit(tree: Path) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tree), *args], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+
+    try:
+        return {
+            "commit": git("rev-parse", "--short", "HEAD"),
+            "subject": git("log", "-1", "--format=%s")[:120],
+            "uncommitted_package_changes": git(
+                "status", "--porcelain", "--", "django_redislock"
+            ).splitlines(),
+        }
+    except Exception as exc:
+        return {"error": str(exc)}
+
+
+def tree_main(conn: Any, url: str, size: int) -> None:
+    """A TreePool's process: django_redislock from $BENCH_REDISLOCK_TREE, its own fork Pool."""
+    configure(url)
+    import django_redislock
+
+    pool = Pool(size) if size else None  # forked before any connection or thread
+    try:
+        while True:
+            if not conn.poll(24 * 3600):
+                return
+            cmd = conn.recv()
+            op = cmd.pop("op")
+            if op == "exit":
+                return
+            try:
+                if op == "hello":
+                    res: Any = {
+                        "file": django_redislock.__file__,
+                        "pid": os.getpid(),
+                        "workers": size,
+                    }
+                elif op == "uncontended":
+                    # One untimed operation first: the batch starts right after this
+                    # process woke up on the pipe (cold caches), the same in every tree.
+                    uncontended_ops(cmd["lib_key"], cmd["name"], 1)
+                    res = uncontended_ops(**cmd)
+                elif op == "pool" and pool is not None:
+                    if cmd["clear_events"]:
+                        pool.clear_events()
+                    res = pool.run(cmd["cmds"], cmd["timeout"])
+                else:
+                    res = {"error": f"unknown op {op}"}
+            except Exception as exc:
+                res = {"error": f"{type(exc).__name__}: {exc}"}
+            conn.send(res)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+class TreePool:
+    """Runs our library from another source tree, in processes of its own.
+
+    One process is *spawned* (not forked: the package is already imported here)
+    with *tree* first on sys.path; it configures Django, forks *size* workers
+    (the same worker_main as Pool's) and relays commands to them, and runs the
+    uncontended operations itself. Used for ``ours@baseline`` and, the same way,
+    for ``ours@current``, so that both run under the same process model.
+    """
+
+    def __init__(self, tree: Path, url: str, size: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.tree = tree.resolve()
+        self.conn, child = ctx.Pipe()
+        old = os.environ.get(TREE_ENV)
+        os.environ[TREE_ENV] = str(self.tree)
+        try:
+            # Not a daemon: it forks workers of its own. close() ends it.
+            self.proc = ctx.Process(target=tree_main, args=(child, url, size))
+            self.proc.start()
+        finally:
+            if old is None:
+                del os.environ[TREE_ENV]
+            else:
+                os.environ[TREE_ENV] = old
+        child.close()
+        hello = self._call({"op": "hello"}, timeout=120)
+        self.package_file = hello["file"]
+        if not Path(self.package_file).resolve().is_relative_to(self.tree):
+            self.close()
+            raise SystemExit(
+                f"the process for {tree} imported django_redislock from {self.package_file}"
+            )
+        self.info = {"tree": str(self.tree), "package_file": self.package_file}
+        self.info.update(_tree_commit(self.tree))
+
+    def _call(self, cmd: dict[str, Any], timeout: float) -> Any:
+        self.conn.send(cmd)
+        if not self.conn.poll(timeout):
+            raise RuntimeError(f"the process for {self.tree} did not answer in time")
+        res = self.conn.recv()
+        if isinstance(res, dict) and set(res) == {"error"}:
+            raise RuntimeError(f"{self.tree}: {res['error']}")
+        return res
+
+    def uncontended(self, lib_key: str, name: str, count: int) -> list[tuple[float, float]]:
+        got = self._call(
+            {"op": "uncontended", "lib_key": lib_key, "name": name, "count": count},
+            timeout=60 + count * 0.1,
+        )
+        return [tuple(x) for x in got]
+
+    def run(
+        self, cmds: list[dict[str, Any]], timeout: float, clear_events: bool = False
+    ) -> list[dict[str, Any]]:
+        return self._call(  # type: ignore[no-any-return]
+            {"op": "pool", "cmds": cmds, "timeout": timeout, "clear_events": clear_events},
+            timeout=timeout + 15,
+        )
+
+    def close(self) -> None:
+        try:
+            self.conn.send({"op": "exit"})
+        except Exception:
+            pass
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(2)
+
+
+def _remote_only(name: str) -> Any:
+    raise RuntimeError("ours@current / ours@baseline run in their tree process only")
+
+
+def _route(pool: Pool, lib_key: str) -> tuple[Any, str]:
+    """The pool that runs *lib_key* and the library key to send it."""
+    return REMOTE.get(lib_key, (pool, lib_key))
 
 
 # --------------------------------------------------------------------------------------
@@ -592,11 +771,12 @@ def run_contended_once(
     hard_end = end + int(max(5.0, duration) * 1e9)
     cmds_before = _commands_processed(r)
     rcpu0 = _redis_cpu(r)
-    results = pool.run(
+    runner, inner = _route(pool, lib_key)
+    results = runner.run(
         [
             dict(
                 op="contend",
-                lib_key=lib_key,
+                lib_key=inner,
                 name=name,
                 counter=counter,
                 start_ns=start,
@@ -622,7 +802,7 @@ def run_contended_once(
     handoff_ms, handoff_after_ret_ms = [], []
     overlaps = 0
     switches = 0
-    for prev, nxt in zip(recs, recs[1:]):
+    for prev, nxt in zip(recs, recs[1:], strict=False):
         if nxt[0] < prev[1]:
             overlaps += 1  # the next holder returned from acquire before we released
             continue
@@ -736,20 +916,23 @@ def bench_wake(
         random.shuffle(order)
         for k in order:
             name = f"bench:w:{k}"
-            for ev in pool.events:
-                ev.clear()
-            common = dict(lib_key=k, name=name, trials=t, hold_s=hold_s)
-            res = pool.run(
-                [
-                    dict(op="wake", role="holder", **common),
-                    dict(op="wake", role="waiter", **common),
-                ],
-                timeout=t * (hold_s + 2) + 30,
-            )
+            runner, inner = _route(pool, k)
+            common = dict(lib_key=inner, name=name, trials=t, hold_s=hold_s)
+            cmds = [
+                dict(op="wake", role="holder", **common),
+                dict(op="wake", role="waiter", **common),
+            ]
+            timeout = t * (hold_s + 2) + 30
+            if isinstance(runner, TreePool):
+                res = runner.run(cmds, timeout, clear_events=True)
+            else:
+                runner.clear_events()
+                res = runner.run(cmds, timeout)
             if any("error" in x for x in res):
                 errors[k].extend(x["error"] for x in res if "error" in x)
                 continue
-            for (t_rel, t_rel_ret), (t_acq,) in zip(res[0]["recs"], res[1]["recs"]):
+            pairs = zip(res[0]["recs"], res[1]["recs"], strict=False)
+            for (t_rel, t_rel_ret), (t_acq,) in pairs:
                 lat[k].append((t_acq - t_rel) / 1e6)
                 lat_ret[k].append((t_acq - t_rel_ret) / 1e6)
                 rel_rtt[k].append((t_rel_ret - t_rel) / 1e6)
@@ -779,10 +962,13 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]
-    line = lambda cells: "  ".join(
-        c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-        for i, (c, w) in enumerate(zip(cells, widths))
-    )
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+        )
+
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -907,12 +1093,98 @@ def report(results: dict[str, Any]) -> str:
                 rows,
             )
         )
+    out.extend(before_after(results))
     t = results.get("targets")
     if t:
         out.append("\nTargets for ours:")
         for item in t:
             out.append(f"  [{'PASS' if item['ok'] else 'MISS'}] {item['what']}: {item['value']}")
     return "\n".join(out)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.3f}x" if a is not None and b else "-"
+
+
+def before_after(results: dict[str, Any]) -> list[str]:
+    """``--baseline``: ours@current vs ours@baseline, same run, same process model."""
+    trees = results.get("baseline")
+    if not trees:
+        return []
+    cur, base = "ours@current", "ours@baseline"
+    out = [
+        "\nBefore/after (ours@current vs ours@baseline, both in spawned tree processes):",
+        f"  current:  {trees['current'].get('commit')} {trees['current']['tree']}"
+        + (
+            " (+ uncommitted package changes)"
+            if trees["current"].get("uncommitted_package_changes")
+            else ""
+        ),
+        f"  baseline: {trees['baseline'].get('commit')} {trees['baseline']['tree']} "
+        f"({trees['baseline'].get('subject', '')[:60]})",
+    ]
+    rows = []
+    u = results.get("uncontended", {}).get("rows", {})
+    if cur in u and base in u:
+        for field, what in (("p50_us", "uncontended p50 us"), ("p90_us", "uncontended p90 us")):
+            b, a = u[base][field], u[cur][field]
+            rows.append([what, fmt(b), fmt(a), _ratio(a, b)])
+        rows.append(
+            [
+                "uncontended, paired (median per-round ratio)",
+                "",
+                "",
+                fmt(u[cur].get("paired_ratio_to_baseline"), 3) + "x",
+            ]
+        )
+        rows.append(
+            [
+                "uncontended client CPU us",
+                fmt(u[base]["client_cpu_p50_us"]),
+                fmt(u[cur]["client_cpu_p50_us"]),
+                _ratio(u[cur]["client_cpu_p50_us"], u[base]["client_cpu_p50_us"]),
+            ]
+        )
+    c = results.get("contended", {}).get("rows", {})
+    for n in results.get("contended", {}).get("ns", []):
+        a, b = c.get(f"{cur}@{n}"), c.get(f"{base}@{n}")
+        if not a or not b:
+            continue
+        for field, what, digits in (
+            ("cs_per_s", "CS/s", 1),
+            ("handoff_p50_ms", "hand-off p50 ms", 3),
+            ("handoff_p90_ms", "hand-off p90 ms", 3),
+            ("fewest_most_ratio", "fewest/most", 2),
+            ("round_trips_per_cs", "round trips/CS", 1),
+            ("client_cpu_ms_per_cs", "client CPU ms/CS", 3),
+        ):
+            rows.append(
+                [
+                    f"contended N={n} {what}",
+                    fmt(b[field], digits),
+                    fmt(a[field], digits),
+                    _ratio(a[field], b[field]),
+                ]
+            )
+        rows.append(
+            [
+                f"contended N={n} lost/overlaps",
+                f"{b['lost_updates']}/{b['overlaps']}",
+                f"{a['lost_updates']}/{a['overlaps']}",
+                "",
+            ]
+        )
+    w = results.get("wake", {}).get("rows", {})
+    if cur in w and base in w:
+        for field, what in (
+            ("p50_ms", "wake p50 ms"),
+            ("p90_ms", "wake p90 ms"),
+            ("from_release_return_p50_ms", "wake p50 from release reply ms"),
+        ):
+            b, a = w[base][field], w[cur][field]
+            rows.append([what, fmt(b, 3), fmt(a, 3), _ratio(a, b)])
+    out.append(table(["measure", "baseline", "current", "current/baseline"], rows))
+    return out
 
 
 def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -936,7 +1208,7 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             r
             for k, r in c.items()
             if r["n"] == n
-            and r["lib"] != "ours"
+            and not r["lib"].startswith("ours")
             and (r["fewest_most_ratio"] or 0) >= 0.7
             and r["lost_updates"] == 0
         ]
@@ -985,6 +1257,46 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "ok": w["ours"]["p50_ms"] < 1.0,
             }
         )
+    return t + regression_checks(results)
+
+
+#: --baseline: how much worse than the baseline (same run) still counts as no regression.
+NO_REGRESSION_TOLERANCE = 0.05
+
+
+def regression_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """ours@current vs ours@baseline: within NO_REGRESSION_TOLERANCE of the baseline."""
+    cur, base, tol = "ours@current", "ours@baseline", NO_REGRESSION_TOLERANCE
+    t: list[dict[str, Any]] = []
+
+    def worse(what: str, a: float | None, b: float | None, higher_is_better: bool) -> None:
+        if a is None or not b:
+            return
+        ratio = a / b
+        ok = ratio >= 1 - tol if higher_is_better else ratio <= 1 + tol
+        t.append(
+            {
+                "what": f"no sync regression ({tol:.0%} tolerance): {what}",
+                "value": f"current/baseline {ratio:.3f}x",
+                "ok": ok,
+            }
+        )
+
+    u = results.get("uncontended", {}).get("rows", {})
+    if cur in u and base in u:
+        worse("uncontended p50", u[cur]["p50_us"], u[base]["p50_us"], False)
+        paired = u[cur].get("paired_ratio_to_baseline")
+        if paired is not None:
+            worse("uncontended paired ratio", paired, 1.0, False)
+    c = results.get("contended", {}).get("rows", {})
+    for n in results.get("contended", {}).get("ns", []):
+        a, b = c.get(f"{cur}@{n}"), c.get(f"{base}@{n}")
+        if a and b:
+            worse(f"N={n} CS/s", a["cs_per_s"], b["cs_per_s"], True)
+            worse(f"N={n} hand-off p50", a["handoff_p50_ms"], b["handoff_p50_ms"], False)
+    w = results.get("wake", {}).get("rows", {})
+    if cur in w and base in w:
+        worse("wake p50", w[cur]["p50_ms"], w[base]["p50_ms"], False)
     return t
 
 
@@ -1060,11 +1372,30 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default=None, help="JSON output path (default benchmarks/results/<stamp>.json)"
     )
     ap.add_argument("--no-json", action="store_true")
+    ap.add_argument(
+        "--baseline",
+        metavar="PATH",
+        default=None,
+        help="also run 'ours' from the source tree at PATH (a git worktree of an older "
+        "commit) as ours@baseline, and from this tree the same way as ours@current, "
+        "in every selected experiment (see benchmarks/README.md)",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.duration, args.trials = 60, 1.5, 6
     only = {x.strip() for x in args.only.split(",") if x.strip()}
     ns = [int(x) for x in args.ns.split(",") if x.strip()]
+    lib_lists = {
+        "uncontended": [k for k in args.uncontended_libs.split(",") if k],
+        "contended": [k for k in args.contended_libs.split(",") if k],
+        "wake": [k for k in args.wake_libs.split(",") if k],
+    }
+    baseline = Path(args.baseline).resolve() if args.baseline else None
+    if baseline is not None:
+        if not (baseline / "django_redislock" / "__init__.py").is_file():
+            ap.error(f"--baseline {baseline}: no django_redislock package there")
+        for libs in lib_lists.values():
+            libs.extend(k for k in ("ours@current", "ours@baseline") if k not in libs)
 
     def log(msg: str) -> None:
         print(msg, flush=True)
@@ -1087,31 +1418,51 @@ def main(argv: list[str] | None = None) -> int:
 
     # Fork the workers first, while this process has no threads and no connections.
     pool = None
-    if only & {"contended", "wake"}:
-        size = max(ns + [2]) if "contended" in only else 2
+    size = (max(ns + [2]) if "contended" in only else 2) if only & {"contended", "wake"} else 0
+    if size:
         pool = Pool(size)
+    trees: list[TreePool] = []
+    if baseline is not None:
+        # Spawned (not forked): each imports django_redislock from its own tree.
+        for key, tree in (("ours@current", ROOT), ("ours@baseline", baseline)):
+            log(f"starting the {key} process ({tree}, {size} workers) ...")
+            tp = TreePool(tree, url, size)
+            trees.append(tp)
+            REMOTE[key] = (tp, "ours")
+            label = f"{key} {tp.info.get('commit', '?')} auto_renew=True"
+            LIBS[key] = Lib(key, label, _remote_only)
+        results["baseline"] = {
+            "current": trees[0].info,
+            "baseline": trees[1].info,
+            "note": "both run 'ours' (auto_renew=True) in a spawned process per tree that "
+            "forks its workers; compare them with each other, not with the in-process rows",
+        }
     started = time.monotonic()
     try:
         if "uncontended" in only:
-            libs = [k for k in args.uncontended_libs.split(",") if k]
+            libs = lib_lists["uncontended"]
             log(
-                f"1. uncontended: {len(libs)} libraries x {args.rounds} rounds x {args.batch} ops ..."
+                f"1. uncontended: {len(libs)} libraries x {args.rounds} rounds "
+                f"x {args.batch} ops ..."
             )
             gc.collect()
             results["uncontended"] = bench_uncontended(libs, args.rounds, args.batch, args.warmup)
         if "wake" in only:
             assert pool is not None
-            libs = [k for k in args.wake_libs.split(",") if k]
+            libs = lib_lists["wake"]
             log(f"3. wake latency: {len(libs)} libraries x {args.trials} trials ...")
             results["wake"] = bench_wake(pool, libs, args.trials, args.hold, chunk=5, log=log)
         if "contended" in only:
             assert pool is not None
-            libs = [k for k in args.contended_libs.split(",") if k]
+            libs = lib_lists["contended"]
             log(
-                f"2. contended: {len(libs)} libraries x N={ns} x {args.duration:g} s x {args.reps} rep(s) ..."
+                f"2. contended: {len(libs)} libraries x N={ns} x {args.duration:g} s "
+                f"x {args.reps} rep(s) ..."
             )
             results["contended"] = bench_contended(pool, libs, ns, args.duration, args.reps, log)
     finally:
+        for tp in trees:
+            tp.close()
         if pool is not None:
             pool.close()
         if server is not None:
@@ -1121,13 +1472,23 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = check_targets(results)
     print(report(results))
     print(
-        f"\n(total {results['elapsed_s']:.0f} s; load average at end {results['machine']['loadavg_at_end']})"
+        f"\n(total {results['elapsed_s']:.0f} s; "
+        f"load average at end {results['machine']['loadavg_at_end']})"
     )
     if not args.no_json:
         out = (
             Path(args.out)
             if args.out
-            else (ROOT / "benchmarks" / "results" / time.strftime("locks-%Y-%m-%d-%H%M%S.json"))
+            else (
+                ROOT
+                / "benchmarks"
+                / "results"
+                / time.strftime(
+                    "locks-before-after-%Y-%m-%d-%H%M%S.json"
+                    if baseline is not None
+                    else "locks-%Y-%m-%d-%H%M%S.json"
+                )
+            )
         )
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1, default=str))

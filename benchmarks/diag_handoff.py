@@ -42,7 +42,7 @@ _T: dict[str, int] = {}
 
 def instrument() -> None:
     """Patch the waiter path of this process (called in each worker after fork)."""
-    from django_redislock import wakeup
+    from django_redislock.engine import wakeup
 
     orig_dispatch = wakeup.WakeHub._dispatch
     orig_wait = wakeup.WakeHub.wait
@@ -104,7 +104,7 @@ def wake(role: str, lib_key: str, name: str, trials: int) -> dict[str, Any]:
     r.ping()
     make(name)
     out = []
-    for i in range(trials):
+    for _ in range(trials):
         base = B.now_ns() + int(0.05e9)
         B._sleep_until(base)
         if role == "holder":
@@ -130,13 +130,14 @@ def wake(role: str, lib_key: str, name: str, trials: int) -> dict[str, Any]:
 def run_wake(conns: list[Any], libs: list[str], trials: int) -> None:
     for lib in libs:
         start = B.now_ns() + int(0.3e9)
-        for c, role in zip(conns[:2], ("holder", "waiter")):
+        for c, role in zip(conns[:2], ("holder", "waiter"), strict=False):
             c.send(dict(op="wake", role=role, lib_key=lib, name=f"diag:w:{lib}", trials=trials))
         holder, waiter = (c.recv() for c in conns[:2])
         del start
         parts: dict[str, list[float]] = {"wake (from release call)": [], "release call rtt": [],
                                          "rel->msg": [], "msg->awake": [], "awake->acq": []}
-        for (t_rel, t_ret), (t_acq, msg, _set_done, awake) in zip(holder["recs"], waiter["recs"]):
+        pairs = zip(holder["recs"], waiter["recs"], strict=False)
+        for (t_rel, t_ret), (t_acq, msg, _set_done, awake) in pairs:
             parts["wake (from release call)"].append((t_acq - t_rel) / 1e6)
             parts["release call rtt"].append((t_ret - t_rel) / 1e6)
             if msg and awake:
@@ -144,7 +145,8 @@ def run_wake(conns: list[Any], libs: list[str], trials: int) -> None:
                 parts["msg->awake"].append((awake - msg) / 1e6)
                 parts["awake->acq"].append((t_acq - awake) / 1e6)
         print(f"wake {lib:10} " + "  ".join(
-            f"{k} p50 {statistics.median(v):.3f}/p90 {B.pct(v, 90):.3f}" for k, v in parts.items() if v),
+            f"{k} p50 {statistics.median(v):.3f}/p90 {B.pct(v, 90):.3f}"
+            for k, v in parts.items() if v),
             flush=True)
 
 
@@ -176,7 +178,7 @@ def run(libs: list[str], ns: list[int], duration: float, wake_trials: int = 0) -
                 parts: dict[str, list[float]] = {"handoff": [], "rel->msg": [], "msg->awake": [],
                                                  "awake->acq": [], "set_done->awake": [],
                                                  "release rtt": []}
-                for prev, nxt in zip(recs, recs[1:]):
+                for prev, nxt in zip(recs, recs[1:], strict=False):
                     parts["handoff"].append((nxt[0] - prev[1]) / 1e6)
                     parts["release rtt"].append((prev[2] - prev[1]) / 1e6)
                     if nxt[3] and nxt[5]:
