@@ -117,21 +117,23 @@ class Lock:
         self.name = validate_name(name)
         self.manager = manager
         self._source = default_source if manager is None else manager.source
-        if ttl is _UNSET:
-            ttl = validate_seconds(get_setting("REDISLOCK_DEFAULT_TTL"), "REDISLOCK_DEFAULT_TTL")
-        if ttl is None:
+        if ttl is _UNSET and not no_expiry:
+            self.ttl_ms, self._ttl_arg = _default_lease()
+        elif ttl is None or ttl is _UNSET:
             if not no_expiry:
                 raise ValueError(
                     "ttl=None would make a lock that never expires; pass no_expiry=True "
                     "if that is really what you want"
                 )
-            self.ttl_ms = 0
+            if ttl is _UNSET:
+                raise ValueError("no_expiry=True needs ttl=None")
+            self.ttl_ms, self._ttl_arg = 0, b"0"
         else:
             if no_expiry:
                 raise ValueError("no_expiry=True needs ttl=None")
             self.ttl_ms = to_millis(validate_seconds(ttl, "ttl"), "ttl")
-        self._ttl_arg = str(self.ttl_ms).encode()
-        self.timeout = validate_wait(timeout, "timeout")
+            self._ttl_arg = str(self.ttl_ms).encode()
+        self.timeout = None if timeout is None else validate_wait(timeout, "timeout")
         self.blocking = bool(blocking)
         if auto_renew is None:
             auto_renew = bool(get_setting("REDISLOCK_AUTO_RENEW"))
@@ -140,8 +142,8 @@ class Lock:
         if purpose is not None and not isinstance(purpose, str):
             raise TypeError(f"purpose must be a str, not {type(purpose).__name__}")
         self.purpose = purpose
-        self.extra = json_dict(extra, "extra")
-        self.meta = json_dict(meta, "meta")
+        self.extra = None if extra is None else json_dict(extra, "extra")
+        self.meta = None if meta is None else json_dict(meta, "meta")
         if raise_on_lost is None:
             raise_on_lost = bool(get_setting("REDISLOCK_RAISE_ON_LOST"))
         self.raise_on_lost = raise_on_lost
@@ -252,7 +254,8 @@ class Lock:
 
         known = b""
         if self._owner is None:
-            known = str(known_holds.get((backend.keyspace.prefix, self.name, owner))).encode()
+            count = known_holds.get((backend.keyspace.prefix, self.name, owner))
+            known = _COUNTS[count] if count < len(_COUNTS) else str(count).encode()
         return flows.AcquireOp(
             self._keys(backend).all,
             owner,
@@ -446,10 +449,15 @@ class Lock:
         except LockNotOwned:
             pass
 
+    def _known_key(self, owner: str) -> tuple[str, str, str]:
+        cached = self._keys_cache
+        keyspace = cached[0] if cached is not None else self._source.backend().keyspace
+        return (keyspace.prefix, self.name, owner)
+
     def _know(self, owner: str, holds: int) -> None:
         """Record what Redis confirmed about an owner this process made up (see KnownHolds)."""
         if self._owner is None:
-            known_holds.set((self._source.backend().keyspace.prefix, self.name, owner), holds)
+            known_holds.set(self._known_key(owner), holds)
 
     def _release_unconfirmed(self, owner: str, everything: bool) -> None:
         self._holds.release_failed(owner)
@@ -457,7 +465,7 @@ class Lock:
         # not have, the owner's next acquire drops the hold instead of counting
         # it, so the lock cannot stay held for good.
         if self._owner is None:
-            key = (self._source.backend().keyspace.prefix, self.name, owner)
+            key = self._known_key(owner)
             known_holds.set(key, 0 if everything else known_holds.get(key) - 1)
 
     def _settle_release(self, owner: str, everything: bool, remaining: int) -> int:
@@ -684,6 +692,23 @@ class Lock:
 
     def __repr__(self) -> str:
         return f"<Lock {self.name!r} ttl={self.ttl_seconds}>"
+
+
+_lease_cache: dict[Any, tuple[int, bytes]] = {}
+#: Small hold counts as script arguments.
+_COUNTS = [str(i).encode() for i in range(8)]
+
+
+def _default_lease() -> tuple[int, bytes]:
+    """``REDISLOCK_DEFAULT_TTL`` in ms, and as the scripts' argument (validated once per value)."""
+    value = get_setting("REDISLOCK_DEFAULT_TTL")
+    try:
+        return _lease_cache[value]
+    except (KeyError, TypeError):
+        ms = to_millis(validate_seconds(value, "REDISLOCK_DEFAULT_TTL"), "REDISLOCK_DEFAULT_TTL")
+        if len(_lease_cache) < 64:
+            _lease_cache[value] = (ms, str(ms).encode())
+        return ms, str(ms).encode()
 
 
 def _owned_by(info: LockInfo | None, owner: str) -> bool:

@@ -36,6 +36,11 @@ class Call(NamedTuple):
     #: The lock's name, for error messages (None for calls on many locks).
     name: str | None = None
 
+    @property
+    def call(self) -> Call:
+        """The call itself: a Call is also the flows' "run this" effect (``flows.Run``)."""
+        return self
+
 
 class Attempt(NamedTuple):
     """The outcome of an acquire or a cancelled wait."""

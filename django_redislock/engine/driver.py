@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .calls import AmbiguousReply
-from .flows import HUB_READY, SUBSCRIBE, Flow, Listen, Park, Run
+from .calls import AmbiguousReply, Call
+from .flows import HUB_READY, SUBSCRIBE, Flow, Listen, Park
 
 if TYPE_CHECKING:
     from .awakeup import AsyncWaiter, AsyncWakeHub
@@ -24,16 +24,17 @@ def run_sync(flow: Flow, backend: Backend) -> Any:
     waits: dict[str, Waiter] = {}
     reply: Any = None
     error: AmbiguousReply | None = None
+    send, run = flow.send, backend.run
     try:
         while True:
             try:
-                effect = flow.send(reply) if error is None else flow.throw(error)
+                effect = send(reply) if error is None else flow.throw(error)
             except StopIteration as done:
                 return done.value
             error = None
             try:
-                if type(effect) is Run:
-                    reply = backend.run(effect.call)
+                if type(effect) is Call:
+                    reply = run(effect)
                     continue
                 hub = hub or backend.hub()
                 if type(effect) is Park:
@@ -66,8 +67,8 @@ async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
                 return done.value
             error = None
             try:
-                if type(effect) is Run:
-                    reply = await backend.run(effect.call)
+                if type(effect) is Call:
+                    reply = await backend.run(effect)
                     continue
                 hub = hub or backend.hub()
                 if type(effect) is Park:

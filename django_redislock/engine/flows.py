@@ -36,10 +36,9 @@ def _jitter() -> float:
     return random.uniform(0.75, 1.0)
 
 
-class Run(NamedTuple):
-    """Run one script."""
-
-    call: Call
+#: Run one script: the effect is the :class:`~.calls.Call` itself (no wrapper to build
+#: on the hot path); ``effect.call`` is the call.
+Run = Call
 
 
 class Listen(NamedTuple):
@@ -66,18 +65,18 @@ class _Subscribe:
 HUB_READY = _HubReady()
 SUBSCRIBE = _Subscribe()
 
-Effect = Run | Listen | Park | _HubReady | _Subscribe
+Effect = Call | Listen | Park | _HubReady | _Subscribe
 Flow = Generator[Effect, Any, Any]
 
 
 def run(call: Call) -> Generator[Effect, Any, Any]:
     """Run *call*; when the reply is lost, ask once more (the nonce makes that safe)."""
     try:
-        return (yield Run(call))
+        return (yield call)
     except AmbiguousReply:
         pass  # the script may or may not have run: the same call tells us which
     try:
-        return (yield Run(call))
+        return (yield call)
     except AmbiguousReply as exc:
         error = LockBackendError(
             f"Redis error while trying to {call.action}: {exc.cause}", name=call.name

@@ -8,7 +8,6 @@ the same nonce, so it cannot count twice).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -126,8 +125,9 @@ class KnownHolds:
     """
 
     def __init__(self) -> None:
+        # One owner is one thread or task, so each key has one writer at a time;
+        # single dict operations need no lock of their own.
         self._counts: dict[tuple[str, str, str], int] = {}
-        self._lock = threading.Lock()
 
     def get(self, key: tuple[str, str, str]) -> int:
         """The holds known for (key prefix, lock name, owner)."""
@@ -135,16 +135,14 @@ class KnownHolds:
 
     def set(self, key: tuple[str, str, str], count: int) -> None:
         """Record that (key prefix, lock name, owner) now has *count* holds."""
-        with self._lock:
-            if count > 0:
-                self._counts[key] = count
-            else:
-                self._counts.pop(key, None)
+        if count > 0:
+            self._counts[key] = count
+        else:
+            self._counts.pop(key, None)
 
     def reset(self) -> None:
         """Forget everything (a forked child's owners are new)."""
         self._counts = {}
-        self._lock = threading.Lock()
 
 
 #: The process's known holds (see KnownHolds).

@@ -70,17 +70,19 @@ def current_owner() -> str:
             with _task_tokens_lock:
                 token = _task_tokens.setdefault(task, secrets.token_hex(8))
         return f"{_process_token}:t{token}"
+    # (process token, owner token): a thread that survived a fork gets a new one.
+    # Only threads of our own get one, so the asgiref test below is made once.
+    pair: tuple[str, str] | None = getattr(_thread_state, "pair", None)
+    if pair is not None and pair[0] == _process_token:
+        return pair[1]
     if _asgiref_thread is not None and getattr(_asgiref_thread, "main_event_loop", None):
         token = _call_owner.get(None)
         if token is None or not token.startswith(_process_token):
             token = f"{_process_token}:c{secrets.token_hex(8)}"
             _call_owner.set(token)
         return token
-    # (process token, owner token): a thread that survived a fork gets a new one.
-    pair: tuple[str, str] | None = getattr(_thread_state, "pair", None)
-    if pair is None or pair[0] != _process_token:
-        pair = (_process_token, f"{_process_token}:{secrets.token_hex(8)}")
-        _thread_state.pair = pair
+    pair = (_process_token, f"{_process_token}:{secrets.token_hex(8)}")
+    _thread_state.pair = pair
     return pair[1]
 
 

@@ -48,8 +48,8 @@ class WatchEntry:
     """One (lock, owner) the watchdog keeps alive."""
 
     __slots__ = (
-        "lock_ref", "owner", "backend", "call", "ttl_ms", "due", "confirmed_at", "in_flight",
-        "slack",
+        "lock_ref", "owner", "backend", "key", "name", "ttl_ms", "due", "confirmed_at",
+        "in_flight", "slack", "active",
     )  # fmt: skip
 
     def __init__(
@@ -65,14 +65,19 @@ class WatchEntry:
         now = time.monotonic()
         # A Lock garbage-collected while held stops being renewed (its lease then
         # runs out) instead of being kept alive by an orphaned entry.
-        self.lock_ref = weakref.ref(lock, lambda _ref: watchdog.unwatch(self))
+        self.lock_ref = weakref.ref(lock, self._collected)
         self.owner = owner
         self.backend = backend
-        self.call = Call(renew_script, (key,), (owner, ttl_ms), "renew the lock", name)
+        self.key = key
+        self.name = name
         self.ttl_ms = ttl_ms
+        self.active = True
         self.due = now + ttl_ms / 3000.0
         #: When the last renewal Redis confirmed was sent (the lease runs at least a ttl from it).
         self.confirmed_at = now
+        self.in_flight = False
+        #: How early a due renewal may join a batch that is sent anyway.
+        self.slack = self.retry_in
         if claim_ms is not None:
             # A hand-off, leased for the claim window only: renew (claim) within a
             # third of it (a short hold is released before that and costs nothing),
@@ -81,9 +86,17 @@ class WatchEntry:
             self.due = now + window / 3
             self.confirmed_at = now - max(0, ttl_ms - claim_ms) / 1000.0
             self.slack = window / 6
-        self.in_flight = False
-        #: How early a due renewal may join a batch that is sent anyway.
-        self.slack = self.retry_in
+
+    def _collected(self, _ref: object) -> None:
+        if self.active:  # not unwatched yet: its Lock was dropped while held
+            watchdog.unwatch(self)
+
+    @property
+    def call(self) -> Call:
+        """The renewal script call (made when a batch is sent, not on every acquire)."""
+        return Call(
+            renew_script, (self.key,), (self.owner, self.ttl_ms), "renew the lock", self.name
+        )
 
     @property
     def lost_at(self) -> float:
@@ -146,6 +159,7 @@ class Watchdog:
 
     def unwatch(self, entry: WatchEntry) -> None:
         """Stop renewing *entry*."""
+        entry.active = False
         with self._cond:
             self._entries.pop(id(entry), None)
             # Let an idle thread start its short linger now rather than after a
@@ -251,7 +265,7 @@ class Watchdog:
                 result = failure if failure is not None else results[i]
                 if isinstance(result, BaseException):
                     logger.warning(
-                        "redislock renewal of %r failed, retrying: %s", entry.call.name, result
+                        "redislock renewal of %r failed, retrying: %s", entry.name, result
                     )
                     entry.due = now + entry.retry_in
                 elif result == 1:

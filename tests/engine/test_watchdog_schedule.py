@@ -1,0 +1,44 @@
+"""The watchdog's schedule, without Redis: what is renewed when, and when a hold counts as lost."""
+
+from __future__ import annotations
+
+import time
+
+from django_redislock.engine.watchdog import Watchdog, WatchEntry
+
+
+class _Lock:
+    def _mark_lost(self, owner: str, reason: str) -> None:  # pragma: no cover - not reached
+        raise AssertionError("nothing is lost here")
+
+
+def _schedule(dog: Watchdog, lock: _Lock, claim_ms: int | None) -> tuple[float, WatchEntry]:
+    entry = WatchEntry(lock, "owner", object(), b"k", 30_000, "n", claim_ms)  # type: ignore[arg-type]
+    dog._entries[id(entry)] = entry
+    return time.monotonic(), entry
+
+
+def test_a_short_hold_after_a_hand_off_costs_no_renewal() -> None:
+    dog, lock = Watchdog(), _Lock()
+    start, entry = _schedule(dog, lock, claim_ms=2_000)
+    lost, batches = dog._take_work(start + 0.2)  # a typical short critical section
+    assert not lost and not batches, "a claimed hand-off is not renewed at once"
+    lost, batches = dog._take_work(start + 0.5)  # a third of the window, less the slack
+    assert not lost and [e for es in batches.values() for e in es] == [entry]
+
+
+def test_a_claimed_hand_off_counts_as_lost_before_the_claim_window_ends() -> None:
+    dog, lock = Watchdog(), _Lock()
+    start, entry = _schedule(dog, lock, claim_ms=2_000)
+    entry.in_flight = True  # its claim hangs on the network
+    assert entry.lost_at < start + 2.0
+    lost, _ = dog._take_work(start + 1.99)
+    assert lost == [entry]
+
+
+def test_an_ordinary_hold_is_renewed_at_a_third_of_its_lease() -> None:
+    dog, lock = Watchdog(), _Lock()
+    start, entry = _schedule(dog, lock, claim_ms=None)
+    assert dog._take_work(start + 8.0) == ([], {})
+    lost, batches = dog._take_work(start + 9.5)  # within the one-second slack of 10 s
+    assert [e for es in batches.values() for e in es] == [entry]
