@@ -115,7 +115,9 @@ def test_with_block_whose_release_fails_stops_renewing(
     from django_redislock.engine.watchdog import watchdog
 
     manager = LockManager(client=_client(proxy.port, 0))
-    lock = manager.lock(name, ttl=0.6)
+    # A lease long enough that a slow machine does not declare the hold lost (a
+    # LockLost) before the block ends.
+    lock = manager.lock(name, ttl=1.5)
     with pytest.raises(LockBackendError):
         with lock:
             assert watchdog.watched() == 1
