@@ -161,9 +161,20 @@ def async_twin(client: redis.Redis) -> Any:
     }.get(cls_name, aconn.Connection)
     if connection_class is not aconn.UnixDomainSocketConnection:
         kwargs.pop("path", None)
+    # A blocking pool: many tasks may run a lock call at once (each waiting task
+    # holds no connection, but a burst of them can); beyond the pool's size they
+    # wait for a free connection instead of failing with "Too many connections".
     # from_pool: the client owns the pool, so closing the client closes its connections.
+    pool_size = max(100, getattr(pool, "max_connections", 0) or 0)
+    if pool_size > 10_000:  # redis-py's "unlimited" (2**31): keep a sane bound
+        pool_size = 10_000
     return redis.asyncio.Redis.from_pool(
-        redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
+        redis.asyncio.BlockingConnectionPool(
+            connection_class=connection_class,
+            max_connections=pool_size,
+            timeout=kwargs.get("socket_timeout") or 20,
+            **kwargs,
+        )
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class TcpProxy:
@@ -31,6 +32,8 @@ class TcpProxy:
         #: While True, bytes are swallowed in both directions and connections
         #: stay open: the server looks unreachable (a partition), not down.
         self.blackholed = False
+        #: Seconds each server reply is held back (a slow network).
+        self.reply_delay = 0.0
         self._conns: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -92,6 +95,8 @@ class TcpProxy:
                     break
                 if self.blackholed:
                     continue
+                if is_reply and self.reply_delay:
+                    time.sleep(self.reply_delay)
                 if is_reply:
                     with self._lock:
                         drop = self._drop_replies > 0
