@@ -117,6 +117,18 @@ def _twin_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k in _TWIN_KWARGS or k.startswith("ssl_")}
 
 
+def _twin_connection_class(pool: Any, flavour: Any, kwargs: dict[str, Any]) -> Any:
+    """The connection class of *flavour* (``redis.connection`` or its asyncio twin)
+    matching *pool*'s: TCP, TLS or a Unix socket (``path`` is dropped unless the last)."""
+    connection_class = {
+        "SSLConnection": flavour.SSLConnection,
+        "UnixDomainSocketConnection": flavour.UnixDomainSocketConnection,
+    }.get(pool.connection_class.__name__, flavour.Connection)
+    if connection_class is not flavour.UnixDomainSocketConnection:
+        kwargs.pop("path", None)
+    return connection_class
+
+
 def is_async_client(client: Any) -> bool:
     """Whether *client* is a ``redis.asyncio`` client."""
     import redis.asyncio
@@ -154,13 +166,7 @@ def async_twin(client: redis.Redis) -> Any:
             sentinels, sentinel_kwargs=sentinel_kwargs
         )
         return asentinel.master_for(pool.service_name, **kwargs)
-    cls_name = pool.connection_class.__name__
-    connection_class: Any = {
-        "SSLConnection": aconn.SSLConnection,
-        "UnixDomainSocketConnection": aconn.UnixDomainSocketConnection,
-    }.get(cls_name, aconn.Connection)
-    if connection_class is not aconn.UnixDomainSocketConnection:
-        kwargs.pop("path", None)
+    connection_class = _twin_connection_class(pool, aconn, kwargs)
     # A blocking pool: many tasks may run a lock call at once (each waiting task
     # holds no connection, but a burst of them can); beyond the pool's size they
     # wait for a free connection instead of failing with "Too many connections".
@@ -184,13 +190,7 @@ def sync_twin(client: Any) -> redis.Redis:
 
     pool = client.connection_pool
     kwargs = _twin_kwargs(dict(pool.connection_kwargs))
-    cls_name = pool.connection_class.__name__
-    connection_class: Any = {
-        "SSLConnection": sconn.SSLConnection,
-        "UnixDomainSocketConnection": sconn.UnixDomainSocketConnection,
-    }.get(cls_name, sconn.Connection)
-    if connection_class is not sconn.UnixDomainSocketConnection:
-        kwargs.pop("path", None)
+    connection_class = _twin_connection_class(pool, sconn, kwargs)
     return redis.Redis(
         connection_pool=redis.ConnectionPool(connection_class=connection_class, **kwargs)
     )

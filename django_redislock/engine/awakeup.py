@@ -21,7 +21,7 @@ from typing import Any
 
 from ..exceptions import LockBackendError
 from .identity import process_token
-from .wake import EarlyGrants, parse_grant
+from .wake import EarlyGrants, WaitSlot, parse_grant
 
 logger = logging.getLogger("django_redislock")
 
@@ -31,25 +31,14 @@ IDLE_EXIT_SECONDS = 1.0
 _hub_ids = itertools.count(1)
 
 
-class AsyncWaiter:
+class AsyncWaiter(WaitSlot):
     """One waiting ``aacquire``: its event is set on a hand-off or a poke."""
 
-    __slots__ = ("event", "fence", "poked")
+    __slots__ = ()
+    event: asyncio.Event
 
     def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.fence: int | None = None
-        self.poked = False
-
-    def deliver(self, fence: int) -> None:
-        """Record the hand-off and wake the waiter."""
-        self.fence = fence
-        self.event.set()
-
-    def poke(self) -> None:
-        """Wake the waiter so that it asks Redis again."""
-        self.poked = True
-        self.event.set()
+        super().__init__(asyncio.Event())
 
 
 class AsyncWakeHub:

@@ -8,6 +8,7 @@ the waiter's hub channel. A grant can arrive before its waiter has registered
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Protocol
 
 #: Hand-offs kept for waiters that have not registered yet (oldest dropped).
 EARLY_GRANTS_KEPT = 256
@@ -37,3 +38,32 @@ class EarlyGrants:
     def take(self, nonce: str) -> int | None:
         """The grant kept for *nonce*, if any (removed)."""
         return self._grants.pop(nonce, None)
+
+
+class Signal(Protocol):
+    """What a waiter's event must do (``threading.Event`` or ``asyncio.Event``)."""
+
+    def set(self) -> None:
+        """Wake whoever waits on it."""
+
+
+class WaitSlot:
+    """One wait's mailbox, shared by both hubs: a hand-off's fence, or a poke."""
+
+    __slots__ = ("event", "fence", "poked")
+
+    def __init__(self, event: Signal) -> None:
+        self.event = event
+        self.fence: int | None = None
+        #: Asked to look at the lock again (hand-offs may have been missed).
+        self.poked = False
+
+    def deliver(self, fence: int) -> None:
+        """Record the hand-off and wake the waiter."""
+        self.fence = fence
+        self.event.set()
+
+    def poke(self) -> None:
+        """Wake the waiter so that it asks Redis again."""
+        self.poked = True
+        self.event.set()

@@ -28,34 +28,22 @@ from typing import Any
 
 from ..exceptions import LockBackendError
 from .identity import on_fork_in_child, process_token
-from .wake import EarlyGrants, parse_grant
+from .wake import EarlyGrants, WaitSlot, parse_grant
 
 logger = logging.getLogger("django_redislock")
 
 _SUBSCRIBE_TIMEOUT = 5.0
 
 
-class Waiter:
+class Waiter(WaitSlot):
     """One blocked acquire. Its event is set when the lock is handed to it, when
-    it is asked to take over reading the subscription, or when it is *poked*:
-    asked to look at the lock again because hand-offs may have been missed."""
+    it is asked to take over reading the subscription, or when it is poked."""
 
-    __slots__ = ("event", "fence", "poked")
+    __slots__ = ()
+    event: threading.Event
 
     def __init__(self) -> None:
-        self.event = threading.Event()
-        self.fence: int | None = None
-        self.poked = False
-
-    def deliver(self, fence: int) -> None:
-        """Record the hand-off and wake the waiter."""
-        self.fence = fence
-        self.event.set()
-
-    def poke(self) -> None:
-        """Wake the waiter so that it asks Redis again."""
-        self.poked = True
-        self.event.set()
+        super().__init__(threading.Event())
 
 
 class WakeHub:
