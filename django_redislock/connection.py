@@ -167,19 +167,17 @@ def async_twin(client: redis.Redis) -> Any:
         )
         return asentinel.master_for(pool.service_name, **kwargs)
     connection_class = _twin_connection_class(pool, aconn, kwargs)
-    # A blocking pool: many tasks may run a lock call at once (each waiting task
-    # holds no connection, but a burst of them can); beyond the pool's size they
-    # wait for a free connection instead of failing with "Too many connections".
+    # Many tasks may run a lock call at once (a waiting task holds no connection,
+    # but a burst of calls can), and redis.asyncio's pool fails past its size
+    # (100 by default) instead of waiting: allow many. (A BlockingConnectionPool
+    # would wait, but costs a timer task on every command.)
     # from_pool: the client owns the pool, so closing the client closes its connections.
-    pool_size = max(100, getattr(pool, "max_connections", 0) or 0)
+    pool_size = max(1000, getattr(pool, "max_connections", 0) or 0)
     if pool_size > 10_000:  # redis-py's "unlimited" (2**31): keep a sane bound
         pool_size = 10_000
     return redis.asyncio.Redis.from_pool(
-        redis.asyncio.BlockingConnectionPool(
-            connection_class=connection_class,
-            max_connections=pool_size,
-            timeout=kwargs.get("socket_timeout") or 20,
-            **kwargs,
+        redis.asyncio.ConnectionPool(
+            connection_class=connection_class, max_connections=pool_size, **kwargs
         )
     )
 

@@ -31,7 +31,7 @@ from . import signals
 from .conf import get_setting
 from .engine import flows
 from .engine.calls import Attempt, Call
-from .engine.driver import run_async, run_sync
+from .engine.driver import call_async, call_sync, run_async, run_sync
 from .engine.holds import Hold, HoldTable, known_holds
 from .engine.identity import HOSTNAME, current_owner, new_nonce
 from .engine.keys import LockKeys
@@ -338,7 +338,7 @@ class Lock:
         attempt = await run_async(flows.cancel(op), backend)
         if attempt.held:
             call = self._release_call(backend, owner, new_nonce(), False)
-            await run_async(flows.call_once(call), backend)
+            await call_async(call, backend)
 
     def _settle_acquire(self, owner: str, attempt: Attempt) -> bool:
         if not attempt.held:
@@ -420,7 +420,7 @@ class Lock:
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
         call = self._release_call(backend, owner, nonce, everything)
         try:
-            remaining = int(run_sync(flows.call_once(call), backend))
+            remaining = int(call_sync(call, backend))
         except LockBackendError:
             self._release_unconfirmed(owner, everything)
             raise
@@ -431,7 +431,7 @@ class Lock:
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
         call = self._release_call(backend, owner, nonce, everything)
         try:
-            remaining = int(await run_async(flows.call_once(call), backend))
+            remaining = int(await call_async(call, backend))
         except asyncio.CancelledError:
             await _finish_in_background(self._finish_release(call, backend, owner, everything))
             raise
@@ -443,7 +443,7 @@ class Lock:
     async def _finish_release(
         self, call: Call, backend: AsyncBackend, owner: str, everything: bool
     ) -> None:
-        remaining = int(await run_async(flows.call_once(call), backend))
+        remaining = int(await call_async(call, backend))
         try:
             self._settle_release(owner, everything, remaining)
         except LockNotOwned:
@@ -501,13 +501,13 @@ class Lock:
         """
         backend = self._source.backend()
         call = self._extend_call(backend, additional_time, replace_ttl)
-        return self._settle_extend(run_sync(flows.call_once(call), backend))
+        return self._settle_extend(call_sync(call, backend))
 
     async def aextend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         """:meth:`extend` for asyncio."""
         backend = self._source.abackend()
         call = self._extend_call(backend, additional_time, replace_ttl)
-        return self._settle_extend(await run_async(flows.call_once(call), backend))
+        return self._settle_extend(await call_async(call, backend))
 
     def _extend_call(
         self, backend: Backend | AsyncBackend, additional_time: float, replace_ttl: bool

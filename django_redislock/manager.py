@@ -13,11 +13,10 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from . import signals
-from .engine import flows
 from .engine.backends.base import AsyncBackend, Backend
 from .engine.backends.single import SingleBackend
 from .engine.calls import Call, ExtendResult
-from .engine.driver import run_async, run_sync
+from .engine.driver import call_async, call_sync
 from .engine.info import LockInfo
 from .engine.scripts import force_extend_script, force_release_script
 from .engine.validate import to_millis, validate_name, validate_seconds
@@ -179,7 +178,7 @@ class LockManager:
         backend = self.backend()
         call = _force_release_call(backend, name, owner, fencing_token, unowned_only)
         before = self.get(name)
-        return _force_released(name, before, run_sync(flows.call_once(call), backend))
+        return _force_released(name, before, call_sync(call, backend))
 
     async def aforce_release(
         self,
@@ -193,7 +192,7 @@ class LockManager:
         backend = self.source.abackend()
         call = _force_release_call(backend, name, owner, fencing_token, unowned_only)
         before = await self.aget(name)
-        return _force_released(name, before, await run_async(flows.call_once(call), backend))
+        return _force_released(name, before, await call_async(call, backend))
 
     def force_extend(
         self,
@@ -214,7 +213,7 @@ class LockManager:
         """
         backend = self.backend()
         call = _force_extend_call(backend, name, seconds, owner, fencing_token, unowned_only)
-        return _force_extended(name, seconds, run_sync(flows.call_once(call), backend))
+        return _force_extended(name, seconds, call_sync(call, backend))
 
     async def aforce_extend(
         self,
@@ -228,7 +227,7 @@ class LockManager:
         """:meth:`force_extend` for asyncio."""
         backend = self.source.abackend()
         call = _force_extend_call(backend, name, seconds, owner, fencing_token, unowned_only)
-        return _force_extended(name, seconds, await run_async(flows.call_once(call), backend))
+        return _force_extended(name, seconds, await call_async(call, backend))
 
     def __repr__(self) -> str:
         return f"<LockManager cache={self.cache_alias!r} url={self.url!r}>"

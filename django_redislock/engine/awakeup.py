@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import sys
 from typing import Any
 
 from ..exceptions import LockBackendError
@@ -109,7 +110,7 @@ class AsyncWakeHub:
         if waiter.fence is None and not waiter.poked:
             self.start()
             try:
-                await asyncio.wait_for(waiter.event.wait(), timeout)
+                await _wait_event(waiter.event, timeout)
             except asyncio.TimeoutError:
                 pass
         waiter.poked = False
@@ -191,3 +192,16 @@ async def _close_quietly(pubsub: Any) -> None:
         await pubsub.aclose()
     except Exception:
         pass
+
+
+if sys.version_info >= (3, 11):
+
+    async def _wait_event(event: asyncio.Event, timeout: float) -> None:
+        # asyncio.timeout wakes the waiting task itself: no extra task per wait.
+        async with asyncio.timeout(timeout):
+            await event.wait()
+
+else:  # pragma: no cover - Python 3.10
+
+    async def _wait_event(event: asyncio.Event, timeout: float) -> None:
+        await asyncio.wait_for(event.wait(), timeout)

@@ -10,12 +10,35 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .calls import AmbiguousReply, Call
-from .flows import HUB_READY, SUBSCRIBE, Flow, Listen, Park
+from .flows import HUB_READY, SENDS, SUBSCRIBE, Flow, Listen, Park, give_up
 
 if TYPE_CHECKING:
     from .awakeup import AsyncWaiter, AsyncWakeHub
     from .backends.base import AsyncBackend, Backend
     from .wakeup import Waiter, WakeHub
+
+
+def call_sync(call: Call, backend: Backend) -> Any:
+    """``run_sync(flows.call_once(call))`` without a generator, for the hot path: the
+    same policy (:data:`~.flows.SENDS`, :func:`~.flows.give_up`), tested to agree."""
+    for sent in range(1, SENDS + 1):
+        try:
+            return backend.run(call)
+        except AmbiguousReply as exc:
+            if sent == SENDS:
+                raise give_up(call, exc) from exc.cause
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def call_async(call: Call, backend: AsyncBackend) -> Any:
+    """:func:`call_sync` for asyncio."""
+    for sent in range(1, SENDS + 1):
+        try:
+            return await backend.run(call)
+        except AmbiguousReply as exc:
+            if sent == SENDS:
+                raise give_up(call, exc) from exc.cause
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def run_sync(flow: Flow, backend: Backend) -> Any:

@@ -69,19 +69,29 @@ Effect = Call | Listen | Park | _HubReady | _Subscribe
 Flow = Generator[Effect, Any, Any]
 
 
+#: How many times a call is sent when its reply is lost: the nonce makes a repeat
+#: harmless, and the repeat tells what the first one did.
+SENDS = 2
+
+
+def give_up(call: Call, exc: AmbiguousReply) -> LockBackendError:
+    """The error once no reply of *call* came back after :data:`SENDS` sends."""
+    error = LockBackendError(
+        f"Redis error while trying to {call.action}: {exc.cause}", name=call.name
+    )
+    error.__cause__ = exc.cause
+    return error
+
+
 def run(call: Call) -> Generator[Effect, Any, Any]:
-    """Run *call*; when the reply is lost, ask once more (the nonce makes that safe)."""
-    try:
-        return (yield call)
-    except AmbiguousReply:
-        pass  # the script may or may not have run: the same call tells us which
-    try:
-        return (yield call)
-    except AmbiguousReply as exc:
-        error = LockBackendError(
-            f"Redis error while trying to {call.action}: {exc.cause}", name=call.name
-        )
-        raise error from exc.cause
+    """Run *call*; when the reply is lost, ask again (the nonce makes that safe)."""
+    for sent in range(1, SENDS + 1):
+        try:
+            return (yield call)
+        except AmbiguousReply as exc:
+            if sent == SENDS:
+                raise give_up(call, exc) from exc.cause
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class AcquireOp:

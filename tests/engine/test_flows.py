@@ -935,3 +935,47 @@ def test_a_hand_off_whose_claim_window_ran_out_queues_again() -> None:
         ],
     )
     assert result == Attempt(True, 100, 1, handed=True)
+
+
+class _ScriptedBackend:
+    """run() answers from a script of replies or AmbiguousReply errors."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = list(answers)
+        self.calls: list[Any] = []
+
+    def run(self, call: Any) -> Any:
+        self.calls.append(call)
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+class _ScriptedAsyncBackend(_ScriptedBackend):
+    async def run(self, call: Any) -> Any:  # type: ignore[override]
+        return super().run(call)
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [[b"ok"], [ambiguous(), b"ok"], [ambiguous(), ambiguous()], [ambiguous(), ambiguous(), b"x"]],
+    ids=["first", "retried", "given-up", "given-up-early"],
+)
+def test_the_direct_single_call_paths_agree_with_the_flow(answers: list[Any]) -> None:
+    call = _release_call()
+    outcomes = []
+    for way in ("flow", "sync", "async"):
+        backend = _ScriptedAsyncBackend(answers) if way == "async" else _ScriptedBackend(answers)
+        try:
+            if way == "flow":
+                value: Any = driver.run_sync(flows.call_once(call), backend)  # type: ignore[arg-type]
+            elif way == "sync":
+                value = driver.call_sync(call, backend)  # type: ignore[arg-type]
+            else:
+                value = asyncio.run(driver.call_async(call, backend))  # type: ignore[arg-type]
+        except LockBackendError as exc:
+            value = ("error", str(exc), exc.name, type(exc.__cause__))
+        outcomes.append((value, len(backend.calls), {id(c) for c in backend.calls}))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][:2] == outcomes[2][:2]
