@@ -7,6 +7,8 @@ when the flow ends, however it ends.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .calls import AmbiguousReply, Call
@@ -32,9 +34,13 @@ def call_sync(call: Call, backend: Backend) -> Any:
 
 async def call_async(call: Call, backend: AsyncBackend) -> Any:
     """:func:`call_sync` for asyncio."""
+    swallowed = _swallowed_cancel_check()
     for sent in range(1, SENDS + 1):
         try:
-            return await backend.run(call)
+            reply = await backend.run(call)
+            if swallowed():
+                raise asyncio.CancelledError()
+            return reply
         except AmbiguousReply as exc:
             if sent == SENDS:
                 raise give_up(call, exc) from exc.cause
@@ -82,8 +88,11 @@ async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
     waits: dict[str, AsyncWaiter] = {}
     reply: Any = None
     error: AmbiguousReply | None = None
+    swallowed = _swallowed_cancel_check()
     try:
         while True:
+            if swallowed():
+                raise asyncio.CancelledError()
             try:
                 effect = flow.send(reply) if error is None else flow.throw(error)
             except StopIteration as done:
@@ -108,6 +117,23 @@ async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
             for nonce in waits:
                 hub.unregister(nonce)
         flow.close()
+
+
+def _swallowed_cancel_check() -> Callable[[], bool]:
+    """Whether the running task was cancelled since this call and the cancellation got lost.
+
+    redis-py sends commands through ``asyncio.wait_for``, which before Python 3.12
+    can return the inner result and drop a cancellation of the outer task (CPython
+    gh-86296): the lock call would carry on as if nothing happened. The task still
+    counts the request (``Task.cancelling()``, Python 3.11+), so the drivers raise
+    ``CancelledError`` themselves and the usual cancellation handling runs.
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is None:  # Python 3.10: nothing to consult
+        return lambda: False
+    before = cancelling()
+    return lambda: bool(cancelling() > before)
 
 
 def _hub_effect(hub: Any, waits: dict[str, Any], effect: Any) -> Any:
