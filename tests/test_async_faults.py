@@ -22,8 +22,8 @@ import random
 import shutil
 import signal
 import statistics
-import sys
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -480,7 +480,9 @@ FALLBACK_POLL = 1.0
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("restartable", [False, True], ids=["data-lost", "data-kept"], indirect=True)
+@pytest.mark.parametrize(
+    "restartable", [False, True], ids=["data-lost", "data-kept"], indirect=True
+)
 def test_twenty_waiting_tasks_are_served_after_a_restart(
     restartable: _RestartableRedis, name: str
 ) -> None:
@@ -528,7 +530,7 @@ def test_twenty_waiting_tasks_are_served_after_a_restart(
     assert len(grants) == 20 and overlaps == 0
     grants.sort(key=lambda g: g[1])
     waits = [grants[0][1] - restarted] + [
-        nxt[1] - prev[2] for prev, nxt in zip(grants, grants[1:])
+        nxt[1] - prev[2] for prev, nxt in zip(grants, grants[1:], strict=False)
     ]
     print(f"after the restart: first grant {waits[0]:.3f} s, longest gap {max(waits[1:]):.3f} s")
     # Nobody sat out a fallback poll: the first is served within one poll of the

@@ -370,7 +370,7 @@ def test_fencing_tokens_increase_across_holders(manager: LockManager, name: str)
 
     _run(main())
     assert len(tokens) == 8
-    assert all(a < b for a, b in zip(tokens, tokens[1:])), tokens
+    assert all(a < b for a, b in zip(tokens, tokens[1:], strict=False)), tokens
 
 
 def test_manager_twins(manager: LockManager, name: str, redis_client: redis.Redis) -> None:
