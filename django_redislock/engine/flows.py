@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from ..exceptions import LockBackendError
 from .calls import AmbiguousReply, Attempt, Call, decode_attempt
-from .scripts import acquire_script, cancel_script, claim_script
+from .scripts import HANDOFF_CLAIM_MS, acquire_script, cancel_script, claim_script
 
 #: Upper bound of one wait between fallback polls (seconds).
 POLL_SLICE = 1.0
@@ -197,6 +197,7 @@ def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
         # meanwhile was missed, so ask once more after subscribing.
         yield SUBSCRIBE
         attempt = decode_attempt((yield from run(op.call(channel))))
+    heard = op.clock()  # when Redis last answered this acquire
     while True:
         while not attempt.held:
             pause = next_pause(attempt.value, deadline, op.clock(), op.jitter())
@@ -211,12 +212,17 @@ def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
                 attempt = Attempt(True, fence, 1)
             elif deadline is None or op.clock() < deadline:
                 attempt = decode_attempt((yield from run(op.call(channel))))
+                heard = op.clock()
             # else: time is up -- straight to the cancel, which also finds a hand-off
-        # Granted after queueing: a hand-off, leased for the claim window only.
-        if not op.claim_inline or int((yield from run(op.claim_call()))) == 1:
+        # Granted after queueing: a hand-off, leased for the claim window only. Claim
+        # it now if asked to, or if Redis has not been heard from for half the window
+        # (the waiter was paused: the window may have run out and the lock moved on).
+        stale = op.clock() - heard > HANDOFF_CLAIM_MS / 2000
+        if not (op.claim_inline or stale) or int((yield from run(op.claim_call()))) == 1:
             return attempt._replace(handed=True)
         # The claim window ran out before we claimed it: queue again.
         attempt = decode_attempt((yield from run(op.call(channel))))
+        heard = op.clock()
 
 
 def cancel(op: AcquireOp) -> Generator[Effect, Any, Attempt]:

@@ -268,6 +268,7 @@ class Watchdog:
                         "redislock renewal of %r failed, retrying: %s", entry.name, result
                     )
                     entry.due = now + entry.retry_in
+                    entry.slack = 0.0  # retry at that time, not at once
                 elif result == 1:
                     entry.confirmed_at = started
                     entry.due = started + entry.ttl_ms / 3000.0

@@ -979,3 +979,24 @@ def test_the_direct_single_call_paths_agree_with_the_flow(answers: list[Any]) ->
         outcomes.append((value, len(backend.calls), {id(c) for c in backend.calls}))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][:2] == outcomes[2][:2]
+
+
+def test_a_hand_off_found_after_a_long_pause_is_claimed_before_it_is_trusted() -> None:
+    """The waiter was paused (no answer from Redis for longer than half the claim
+    window): the hand-off may have expired meanwhile, so it is claimed first."""
+    clock = FakeClock()
+    op = make_op(blocking=True, clock=clock)  # auto-renewing: no inline claim normally
+    result, _ = drive(
+        flows.acquire(op),
+        [
+            Step(hub_ready, reply=(True, CHANNEL)),
+            Step(acquire_run(CHANNEL), reply=held_reply(20_000)),
+            Step(listen, reply=True),
+            Step(park(SLICE), reply=99, advance=5.0),  # woke up 5 s later
+            Step(_claim_run, reply=0),  # gone: somebody else holds it now
+            Step(acquire_run(CHANNEL), reply=held_reply(3_000)),
+            Step(park(SLICE), reply=100),
+        ],
+        clock,
+    )
+    assert result == Attempt(True, 100, 1, handed=True)

@@ -42,3 +42,22 @@ def test_an_ordinary_hold_is_renewed_at_a_third_of_its_lease() -> None:
     assert dog._take_work(start + 8.0) == ([], {})
     lost, batches = dog._take_work(start + 9.5)  # within the one-second slack of 10 s
     assert [e for es in batches.values() for e in es] == [entry]
+
+
+def test_a_failed_renewal_is_retried_after_its_pause_not_at_once() -> None:
+    from django_redislock.exceptions import LockBackendError
+
+    class Down:
+        def run_many(self, calls: object) -> list[object]:
+            raise LockBackendError("Redis is down")
+
+    dog, lock = Watchdog(), _Lock()
+    start, entry = _schedule(dog, lock, claim_ms=None)
+    entry.backend = Down()  # type: ignore[assignment]
+    entry.in_flight = True
+    dog._renew_batch(id(entry.backend), [entry])
+    now = time.monotonic()
+    assert not entry.in_flight and entry.due > now
+    assert dog._take_work(now) == ([], {}), "a failed renewal must not be retried at once"
+    lost, batches = dog._take_work(entry.due)
+    assert [e for es in batches.values() for e in es] == [entry]
