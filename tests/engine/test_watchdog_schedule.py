@@ -61,3 +61,20 @@ def test_a_failed_renewal_is_retried_after_its_pause_not_at_once() -> None:
     assert dog._take_work(now) == ([], {}), "a failed renewal must not be retried at once"
     lost, batches = dog._take_work(entry.due)
     assert [e for es in batches.values() for e in es] == [entry]
+
+
+def test_any_exception_in_a_renewal_is_survived_and_the_hold_kept_on_schedule() -> None:
+    """Not only Redis errors: a bug or an unexpected client (a cluster client once
+    raised a TypeError here) must not end the renewals of the process."""
+
+    class Broken:
+        def run_many(self, calls: object) -> list[object]:
+            raise TypeError("not the client we expected")
+
+    dog, lock = Watchdog(), _Lock()
+    start, entry = _schedule(dog, lock, claim_ms=None)
+    entry.backend = Broken()  # type: ignore[assignment]
+    entry.in_flight = True
+    dog._renew_batch(id(entry.backend), [entry])  # must not raise
+    assert id(entry) in dog._entries and not entry.in_flight
+    assert entry.due > start, "retried later; declared lost only at its lost_at"
