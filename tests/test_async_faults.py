@@ -289,6 +289,8 @@ def test_cancelled_calls_never_orphan_a_lock(name: str, redis_client: redis.Redi
     elapsed = _run(_run_trials(trials, 1500, seed=1500), timeout=90)
     print(f"1500 direct trials: {elapsed:.1f} s, {trials.stats}")
     _assert_no_lock_keys_left(manager, redis_client)
+    if sys.version_info >= (3, 11):  # see test_a_cancelled_waiting_aacquire_ends_at_once
+        assert trials.stats.get("cancel-ignored", 0) == 0, trials.stats
     # The trials reached the interesting outcomes, not just one of them.
     for outcome in ("acquired", "cancelled", "released", "release-cancelled"):
         assert trials.stats.get(outcome, 0) > 20, trials.stats
@@ -306,6 +308,8 @@ def test_cancelled_calls_through_a_slow_network_never_orphan_a_lock(
     elapsed = _run(_run_trials(trials, 500, seed=500), timeout=90)
     print(f"500 proxied trials: {elapsed:.1f} s, {trials.stats}")
     _assert_no_lock_keys_left(manager, redis_client)
+    if sys.version_info >= (3, 11):
+        assert trials.stats.get("cancel-ignored", 0) == 0, trials.stats
     for outcome in ("acquired", "cancelled", "released", "release-cancelled"):
         assert trials.stats.get(outcome, 0) > 5, trials.stats
     assert trials.stats.get("granted-then-given-back", 0) > 0, trials.stats
@@ -357,10 +361,14 @@ def test_a_cancelled_waiting_aacquire_ends_at_once(
                 held = lock.fencing_token is not None
                 if held:
                     await lock.arelease()
+                when = (
+                    f"task.cancel() after {turns} loop turns"
+                    if how == "task.cancel"
+                    else f"asyncio.wait_for timeout of {50 * turns} us"
+                )
                 return [
-                    f"cancellation {i} ({how} after {turns} loop turns) ignored: the call "
-                    f"was still waiting 1 s later and then {'took' if held else 'did not take'} "
-                    "the lock"
+                    f"cancellation {i} ({when}) ignored: the call was still waiting 1 s "
+                    f"later and then {'took' if held else 'did not take'} the lock"
                 ]
             if how == "task.cancel":
                 assert call.cancelled()
@@ -533,9 +541,9 @@ def test_twenty_waiting_tasks_are_served_after_a_restart(
         nxt[1] - prev[2] for prev, nxt in zip(grants, grants[1:], strict=False)
     ]
     print(f"after the restart: first grant {waits[0]:.3f} s, longest gap {max(waits[1:]):.3f} s")
-    # Nobody sat out a fallback poll: the first is served within one poll of the
-    # restart, and each next one right after the previous release.
-    assert waits[0] < FALLBACK_POLL, waits
+    # Nobody sat out a fallback poll (jittered, 0.75 to 1 s): the first is served well
+    # within one poll of the restart, and each next one right after the previous release.
+    assert waits[0] < FALLBACK_POLL / 2, waits
     assert max(waits[1:]) < 0.5, waits
     assert grants[-1][1] - restarted < FALLBACK_POLL + 20 * 0.2
 

@@ -82,15 +82,18 @@ def test_sixty_waiting_async_calls_are_queued_at_once_and_run_one_at_a_time(
     lock_name = f"k:{name}"
 
     async def main() -> tuple[list[int], int, int, float]:
-        holder = locks.lock(lock_name, owner="holder")
+        # A lease without renewal: should this test fail, the lock frees itself.
+        holder = locks.lock(lock_name, owner="holder", ttl=20, auto_renew=False)
         assert await holder.aacquire(blocking=False)
-        threads_before = threading.active_count()
-        tasks = [asyncio.create_task(guarded(name, i)) for i in range(calls)]
-        # Every call waits at the same time: none is parked in a thread pool's queue.
-        await _until_queued(lock_name, calls, redis_client, timeout=20)
-        threads_waiting = threading.active_count()
-        started = time.monotonic()
-        assert await holder.arelease() == 0
+        try:
+            threads_before = threading.active_count()
+            tasks = [asyncio.create_task(guarded(name, i)) for i in range(calls)]
+            # Every call waits at the same time: none is parked in a thread pool's queue.
+            await _until_queued(lock_name, calls, redis_client, timeout=10)
+            threads_waiting = threading.active_count()
+        finally:
+            started = time.monotonic()
+            assert await holder.arelease() == 0
         results = await asyncio.wait_for(asyncio.gather(*tasks), 30)
         return results, threads_before, threads_waiting, time.monotonic() - started
 

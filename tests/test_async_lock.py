@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -25,8 +29,18 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
-from django_redislock import LockError, LockLost, LockManager, LockNotAcquired, LockNotOwned
+from django_redislock import (
+    LockError,
+    LockLost,
+    LockManager,
+    LockNotAcquired,
+    LockNotOwned,
+    locks,
+)
 from django_redislock.exceptions import BlockingCallInEventLoop
+from tests.test_multiprocess import _expect_line
+
+ROOT = Path(__file__).resolve().parent.parent
 
 T = TypeVar("T")
 
@@ -565,6 +579,61 @@ def test_200_tasks_x_50_sections_lose_no_update_and_never_overlap(
     assert int(redis_client.get(counter_key)) == tasks * sections
     assert manager.get(name) is None
     _assert_no_waiters(manager, name, redis_client)
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings", PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.aproc", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_three_processes_of_twenty_tasks_lose_no_update(
+    name: str, redis_client: redis.Redis
+) -> None:
+    counter, inside = f"{name}:counter", f"{name}:inside"
+    procs = [_spawn("count", name, "20", "10", counter, inside) for _ in range(3)]
+    try:
+        overlaps = [int(_expect_line(p, "done", timeout=120)[1]) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+    assert overlaps == [0, 0, 0]
+    assert int(redis_client.get(counter)) == 3 * 20 * 10
+    assert locks.get(name) is None
+
+
+@pytest.mark.slow
+def test_a_sigkilled_async_holder_frees_the_lock_after_its_lease(name: str) -> None:
+    holder = _spawn("hold", name, "1")
+    try:
+        token = int(_expect_line(holder, "acquired")[1])
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        assert locks.get(name) is not None, "the lock outlives its killed holder (lease)"
+
+        async def take_over() -> tuple[bool, float, int | None]:
+            lock = locks.lock(name)
+            started = time.monotonic()
+            acquired = await lock.aacquire(timeout=10)
+            elapsed, fence = time.monotonic() - started, lock.fencing_token
+            if acquired:
+                await lock.arelease()
+            return acquired, elapsed, fence
+
+        acquired, elapsed, fence = _run(take_over())
+        assert acquired and fence > token
+        # Freed by the lease (1 s), which the waiter was told about.
+        assert elapsed < 1 + 0.5
+    finally:
+        holder.kill()
+        holder.wait(10)
 
 
 # -- the watchdog keeps leases while the loop is blocked ---------------------------------
