@@ -252,12 +252,13 @@ class Lock:
                     pttl=pttl / 1000.0 if pttl >= 0 else None,
                 )
 
+        keys = self._keys(backend).all  # (fills the key cache _known_key reads)
         known = b""
         if self._owner is None:
-            count = known_holds.get((backend.keyspace.prefix, self.name, owner))
+            count = known_holds.get(self._known_key(owner))
             known = _COUNTS[count] if count < len(_COUNTS) else str(count).encode()
         return flows.AcquireOp(
-            self._keys(backend).all,
+            keys,
             owner,
             new_nonce(),
             self._ttl_arg,
@@ -624,20 +625,12 @@ class Lock:
     ) -> None:
         owner = self.owner
         hold = self._holds.get(owner)
-        reason = hold.lost_reason if hold is not None else None
         try:
             self._release(owner, False)
-        except LockBackendError as exc:
-            self._stop_renewing(hold)
-            if hold is None or hold.lost_reason is None:
-                raise
-            # Lost already (no renewal was confirmed in time): that is the news,
-            # not that Redis is still unreachable.
-            self._exit_lost(hold.lost_reason, exc_type, cause=exc)
-            return
-        except LockNotOwned:
-            reason = self._lost_at_exit(owner, hold, reason)
-        self._exit_lost(reason, exc_type)
+        except (LockBackendError, LockNotOwned) as error:
+            self._end_block(owner, hold, exc_type, error)
+        else:
+            self._end_block(owner, hold, exc_type, None)
 
     async def __aexit__(
         self,
@@ -647,18 +640,31 @@ class Lock:
     ) -> None:
         owner = self.owner
         hold = self._holds.get(owner)
-        reason = hold.lost_reason if hold is not None else None
         try:
             await self._arelease(owner, False)
-        except LockBackendError as exc:
+        except (LockBackendError, LockNotOwned) as error:
+            self._end_block(owner, hold, exc_type, error)
+        else:
+            self._end_block(owner, hold, exc_type, None)
+
+    def _end_block(
+        self,
+        owner: str,
+        hold: Hold | None,
+        exc_type: type[BaseException] | None,
+        error: LockBackendError | LockNotOwned | None,
+    ) -> None:
+        """What leaving a ``with`` / ``async with`` block means, given how its release went."""
+        reason = hold.lost_reason if hold is not None else None
+        if isinstance(error, LockBackendError):
             self._stop_renewing(hold)
-            if hold is None or hold.lost_reason is None:
-                raise
+            if reason is None:
+                raise error
             # Lost already (no renewal was confirmed in time): that is the news,
             # not that Redis is still unreachable.
-            self._exit_lost(hold.lost_reason, exc_type, cause=exc)
+            self._exit_lost(reason, exc_type, cause=error)
             return
-        except LockNotOwned:
+        if isinstance(error, LockNotOwned):
             reason = self._lost_at_exit(owner, hold, reason)
         self._exit_lost(reason, exc_type)
 
