@@ -153,7 +153,10 @@ class AsyncWakeHub:
         if kind == "message":
             nonce, fence = parse_grant(message["data"])
             waiter = self._waiters.get(nonce)
-            if waiter is None:
+            if fence is None:  # a poke: only a registered waiter cares
+                if waiter is not None:
+                    waiter.poke()
+            elif waiter is None:
                 self._early.put(nonce, fence)
             else:
                 waiter.deliver(fence)

@@ -25,6 +25,22 @@ class AmbiguousReply(Exception):
         self.cause = cause
 
 
+class NotReplicated(Exception):
+    """The call ran, but fewer replicas than it asked for acknowledged its writes.
+
+    Raised by a backend (for a :class:`Call` with ``replicas``) after the script
+    ran and ``WAIT`` timed out; the flows decide what to undo. *reply* is the
+    script's reply, *acks* how many replicas acknowledged, *required* how many
+    were asked for.
+    """
+
+    def __init__(self, reply: Any, acks: int, required: int) -> None:
+        super().__init__(f"{acks} of {required} replicas acknowledged the write")
+        self.reply = reply
+        self.acks = acks
+        self.required = required
+
+
 class Call(NamedTuple):
     """One script run: the script, its keys and arguments, and what it is for."""
 
@@ -35,6 +51,9 @@ class Call(NamedTuple):
     action: str
     #: The lock's name, for error messages (None for calls on many locks).
     name: str | None = None
+    #: How many replicas must acknowledge the call's writes (``WAIT``) before it
+    #: counts; 0: do not wait. A backend that got fewer raises :class:`NotReplicated`.
+    replicas: int = 0
 
     @property
     def call(self) -> Call:

@@ -1,8 +1,10 @@
 """The hand-off message and the buffer of early grants, shared by both wake-up hubs (pure).
 
 A release that hands the lock to a waiter publishes ``"<nonce> <fence>"`` on
-the waiter's hub channel. A grant can arrive before its waiter has registered
-(the waiter queued, and the release came first): the hub keeps it briefly.
+the waiter's hub channel; ``"<nonce>"`` alone only pokes the waiter (the lock
+was freed without a hand-off: look again, as backends without a queue do).
+A grant can arrive before its waiter has registered (the waiter queued, and
+the release came first): the hub keeps it briefly.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from typing import Protocol
 EARLY_GRANTS_KEPT = 256
 
 
-def parse_grant(data: bytes | str) -> tuple[str, int]:
-    """Split a hand-off message into (nonce of the wait, fencing token)."""
+def parse_grant(data: bytes | str) -> tuple[str, int | None]:
+    """Split a hand-off message into (nonce of the wait, fencing token or None for a poke)."""
     text = data.decode() if isinstance(data, bytes) else data
     nonce, _, fence = text.partition(" ")
-    return nonce, int(fence)
+    return nonce, int(fence) if fence else None
 
 
 class EarlyGrants:

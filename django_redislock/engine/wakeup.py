@@ -145,6 +145,10 @@ class WakeHub:
         nonce, fence = parse_grant(data)
         with self._lock:
             waiter = self._waiters.get(nonce)
+            if fence is None:  # a poke: only a registered waiter cares
+                if waiter is not None:
+                    waiter.poke()
+                return
             if waiter is None:
                 # Its waiter has not registered yet (or already gave up): keep
                 # the grant briefly.

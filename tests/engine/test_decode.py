@@ -124,3 +124,8 @@ def test_early_grants_keep_at_least_one_and_re_put_moves_to_newest() -> None:
     grants.put("b", 3)  # same wait again: replaces its own entry, drops nobody else's
     assert grants.take("a") == 1
     assert grants.take("b") == 3
+
+
+@pytest.mark.parametrize("data", [b"proc.1f", "proc.1f"], ids=["bytes", "str"])
+def test_a_message_without_fence_is_a_poke(data: bytes | str) -> None:
+    assert parse_grant(data) == ("proc.1f", None)
