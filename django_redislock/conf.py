@@ -26,9 +26,15 @@ DEFAULTS: dict[str, Any] = {
     "REDISLOCK_AUTO_RENEW": True,
     # Whether leaving a ``with`` block whose lock was lost raises LockLost.
     "REDISLOCK_RAISE_ON_LOST": True,
-    # How long (seconds) the per-name fencing counter lives once created; after
-    # that it is re-seeded from the Redis clock, so tokens keep increasing.
+    # How long (seconds) the per-name fencing counter lives after its last use;
+    # tokens are never below the Redis clock in microseconds, so they keep
+    # increasing after it expired.
     "REDISLOCK_FENCE_RETENTION": 86400,
+    # How many replicas must acknowledge a grant, hand-off, renewal or extension
+    # (Redis WAIT) before it counts; 0 = do not wait. Per lock: wait_replicas=.
+    "REDISLOCK_WAIT_REPLICAS": 0,
+    # How long (seconds) to wait for those acknowledgements.
+    "REDISLOCK_WAIT_TIMEOUT": 0.5,
     # Cache aliases of independent Redis masters for quorum locks (reserved).
     "REDISLOCK_REDLOCK_CACHES": [],
 }

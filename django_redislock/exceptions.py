@@ -54,3 +54,20 @@ class BlockingCallInEventLoop(LockError, RuntimeError):
     A blocking wait there would freeze every task of the loop; use the ``a``
     methods (``await lock.aacquire()``) or ``async with lock:`` instead.
     """
+
+
+class LockNotReplicated(LockNotAcquired):
+    """Too few replicas acknowledged a grant, hand-off, renewal or extension in time.
+
+    Raised for locks with ``wait_replicas``: after a failover the primary's
+    unacknowledged writes may be gone, so a grant only counts once ``acks`` of
+    the ``required`` replicas confirmed it (Redis ``WAIT``). A grant that was not
+    confirmed has been given back (same nonce, so nobody else is hurt); an
+    extension stays on the primary but may be lost in a failover.
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, acks: int = 0,
+                 required: int = 0) -> None:
+        super().__init__(message, name=name)
+        self.acks = acks
+        self.required = required

@@ -79,6 +79,11 @@ class BackendSource:
         keyspace = KeySpace(self.key_prefix or get_setting("REDISLOCK_KEY_PREFIX"))
         return keyspace, to_millis(retention, "REDISLOCK_FENCE_RETENTION")
 
+    def _backend_options(self) -> dict[str, Any]:
+        """Keyword options every backend takes, from the settings."""
+        wait = validate_seconds(get_setting("REDISLOCK_WAIT_TIMEOUT"), "REDISLOCK_WAIT_TIMEOUT")
+        return {"wait_timeout_ms": to_millis(wait, "REDISLOCK_WAIT_TIMEOUT")}
+
     def backend(self) -> SingleBackend:
         """The blocking backend (resolved on first use, then cached)."""
         backend = self._backend
@@ -92,7 +97,9 @@ class BackendSource:
                         client = sync_twin(self._async_client)
                     else:
                         client = resolve_client(self.cache_alias, self.url)
-                    backend = self._backend = SingleBackend(client, *self._keyspace_and_retention())
+                    backend = self._backend = SingleBackend(
+                        client, *self._keyspace_and_retention(), **self._backend_options()
+                    )
         return backend
 
     def abackend(self) -> AsyncSingleBackend:
@@ -101,11 +108,18 @@ class BackendSource:
         backend = self._async.get(loop)
         if backend is None:
             if self._async_client is not None:
-                backend = AsyncSingleBackend(self._async_client, *self._keyspace_and_retention())
+                backend = AsyncSingleBackend(
+                    self._async_client,
+                    *self._keyspace_and_retention(),
+                    **self._backend_options(),
+                )
             else:
                 sync = self.backend()
                 backend = AsyncSingleBackend(
-                    async_twin(sync.client), sync.keyspace, sync.retention_ms
+                    async_twin(sync.client),
+                    sync.keyspace,
+                    sync.retention_ms,
+                    wait_timeout_ms=sync.wait_timeout_ms,
                 )
                 _close_with_loop(loop, backend)
             self._async[loop] = backend

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import signals
 from .conf import get_setting
 from .engine import flows
-from .engine.calls import Attempt, Call
+from .engine.calls import Attempt, Call, NotReplicated
 from .engine.driver import call_async, call_sync, run_async, run_sync
 from .engine.holds import Hold, HoldTable, known_holds
 from .engine.identity import HOSTNAME, current_owner, new_nonce
@@ -41,6 +41,7 @@ from .engine.validate import (
     to_millis,
     validate_name,
     validate_owner,
+    validate_replicas,
     validate_seconds,
     validate_wait,
 )
@@ -52,6 +53,7 @@ from .exceptions import (
     LockLost,
     LockNotAcquired,
     LockNotOwned,
+    LockNotReplicated,
 )
 from .handler import BackendSource, default_source
 
@@ -96,6 +98,11 @@ class Lock:
         they never replace ``host``/``pid``/``thread``/``purpose``/``extra``.
     :param raise_on_lost: whether leaving a ``with`` block whose lock was lost
         raises :class:`LockLost` (default ``REDISLOCK_RAISE_ON_LOST``).
+    :param wait_replicas: how many replicas must acknowledge a grant, hand-off,
+        renewal or extension before it counts (default
+        ``REDISLOCK_WAIT_REPLICAS``; 0 = do not wait). An unconfirmed grant is
+        given back and retried while the timeout allows, then
+        :class:`LockNotReplicated` is raised. See docs/topology.md.
     """
 
     def __init__(
@@ -113,6 +120,7 @@ class Lock:
         raise_on_lost: bool | None = None,
         no_expiry: bool = False,
         meta: dict[str, Any] | None = None,
+        wait_replicas: int | None = None,
     ) -> None:
         self.name = validate_name(name)
         self.manager = manager
@@ -147,6 +155,12 @@ class Lock:
         if raise_on_lost is None:
             raise_on_lost = bool(get_setting("REDISLOCK_RAISE_ON_LOST"))
         self.raise_on_lost = raise_on_lost
+        if wait_replicas is None:
+            self.wait_replicas = validate_replicas(
+                get_setting("REDISLOCK_WAIT_REPLICAS"), "REDISLOCK_WAIT_REPLICAS"
+            )
+        else:
+            self.wait_replicas = validate_replicas(wait_replicas, "wait_replicas")
         self._holds = HoldTable()
         self._keys_cache: tuple[Any, LockKeys] | None = None
         self._meta_cache: tuple[tuple[int, str, str], bytes] | None = None
@@ -270,6 +284,7 @@ class Lock:
             timeout=timeout,
             claim_inline=not self.auto_renew,
             on_contended=on_contended,
+            replicas=self.wait_replicas,
         )
 
     def acquire(
@@ -358,6 +373,7 @@ class Lock:
                 self.ttl_ms,
                 self.name,
                 claim_ms=HANDOFF_CLAIM_MS if attempt.handed else None,
+                replicas=self.wait_replicas,
             )
         # On the hot path: only build the signal call when somebody listens.
         if signals.lock_acquired.receivers:
@@ -502,20 +518,41 @@ class Lock:
         """
         backend = self._source.backend()
         call = self._extend_call(backend, additional_time, replace_ttl)
-        return self._settle_extend(call_sync(call, backend))
+        try:
+            reply = call_sync(call, backend)
+        except NotReplicated as exc:
+            raise self._extension_not_replicated(exc) from None
+        return self._settle_extend(reply)
 
     async def aextend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         """:meth:`extend` for asyncio."""
         backend = self._source.abackend()
         call = self._extend_call(backend, additional_time, replace_ttl)
-        return self._settle_extend(await call_async(call, backend))
+        try:
+            reply = await call_async(call, backend)
+        except NotReplicated as exc:
+            raise self._extension_not_replicated(exc) from None
+        return self._settle_extend(reply)
+
+    def _extension_not_replicated(self, exc: NotReplicated) -> LockError:
+        """What an extension replicas did not confirm raises (after the usual checks)."""
+        self._settle_extend(exc.reply)  # not owned / no expiry: those errors first
+        return LockNotReplicated(
+            f"the extension of lock {self.name!r} was acknowledged by {exc.acks} of the "
+            f"{exc.required} replicas it waits for (wait_replicas): the primary has the "
+            "longer lease, but a failover may lose it",
+            name=self.name,
+            acks=exc.acks,
+            required=exc.required,
+        )
 
     def _extend_call(
         self, backend: Backend | AsyncBackend, additional_time: float, replace_ttl: bool
     ) -> Call:
         ms = to_millis(validate_seconds(additional_time, "additional_time"), "additional_time")
         args = (self.owner, ms, 1 if replace_ttl else 0)
-        return Call(extend_script, self._keys(backend).all[:1], args, "extend the lock", self.name)
+        keys = self._keys(backend).all[:1]
+        return Call(extend_script, keys, args, "extend the lock", self.name, self.wait_replicas)
 
     def _settle_extend(self, reply: Any) -> bool:
         result = int(reply)

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .calls import AmbiguousReply, Call
+from .calls import AmbiguousReply, Call, NotReplicated
 from .flows import HUB_READY, SENDS, SUBSCRIBE, Flow, Listen, Park, give_up
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def run_sync(flow: Flow, backend: Backend) -> Any:
     hub: WakeHub | None = None
     waits: dict[str, Waiter] = {}
     reply: Any = None
-    error: AmbiguousReply | None = None
+    error: AmbiguousReply | NotReplicated | None = None
     send, run = flow.send, backend.run
     try:
         while True:
@@ -73,7 +73,7 @@ def run_sync(flow: Flow, backend: Backend) -> Any:
                     reply = None
                 else:
                     reply = _hub_effect(hub, waits, effect)
-            except AmbiguousReply as exc:
+            except (AmbiguousReply, NotReplicated) as exc:
                 reply, error = None, exc
     finally:
         if hub is not None:
@@ -87,7 +87,7 @@ async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
     hub: AsyncWakeHub | None = None
     waits: dict[str, AsyncWaiter] = {}
     reply: Any = None
-    error: AmbiguousReply | None = None
+    error: AmbiguousReply | NotReplicated | None = None
     swallowed = _swallowed_cancel_check()
     try:
         while True:
@@ -110,7 +110,7 @@ async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
                     reply = None
                 else:
                     reply = _hub_effect(hub, waits, effect)
-            except AmbiguousReply as exc:
+            except (AmbiguousReply, NotReplicated) as exc:
                 reply, error = None, exc
     finally:
         if hub is not None:

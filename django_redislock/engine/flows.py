@@ -15,6 +15,10 @@ Effects and what the driver sends back:
 * :data:`SUBSCRIBE` -- None once the hub's subscription is confirmed;
 * :class:`Park` -- the fencing token handed to the wait, or None (time is up,
   or the hub asks every waiter to look again after a reconnect).
+
+A call that asked for replica acknowledgements (``Call.replicas``) and got too
+few is thrown into the flow as :class:`~.calls.NotReplicated`: the acquire flow
+gives an unconfirmed grant back and tries again while its time allows.
 """
 
 from __future__ import annotations
@@ -24,9 +28,15 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple
 
-from ..exceptions import LockBackendError
-from .calls import AmbiguousReply, Attempt, Call, decode_attempt
-from .scripts import HANDOFF_CLAIM_MS, acquire_script, cancel_script, claim_script
+from ..exceptions import LockBackendError, LockNotReplicated
+from .calls import AmbiguousReply, Attempt, Call, NotReplicated, decode_attempt
+from .scripts import (
+    HANDOFF_CLAIM_MS,
+    acquire_script,
+    cancel_script,
+    claim_script,
+    release_script,
+)
 
 #: Upper bound of one wait between fallback polls (seconds).
 POLL_SLICE = 1.0
@@ -99,7 +109,7 @@ class AcquireOp:
 
     __slots__ = (
         "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name", "known",
-        "blocking", "timeout", "claim_inline", "on_contended", "clock", "jitter",
+        "blocking", "timeout", "claim_inline", "on_contended", "clock", "jitter", "replicas",
     )  # fmt: skip
 
     def __init__(
@@ -119,6 +129,7 @@ class AcquireOp:
         on_contended: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         jitter: Callable[[], float] = _jitter,
+        replicas: int = 0,
     ) -> None:
         self.keys = keys
         self.owner = owner
@@ -139,6 +150,12 @@ class AcquireOp:
         self.on_contended = on_contended
         self.clock = clock
         self.jitter = jitter
+        #: Replicas that must acknowledge a grant before it counts (0: none). A
+        #: hand-off is then always claimed before returning: the claim is the new
+        #: holder's own write, and its acknowledgement covers the grant before it.
+        self.replicas = replicas
+        if replicas:
+            self.claim_inline = True
 
     def call(self, channel: bytes) -> Call:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
@@ -146,16 +163,69 @@ class AcquireOp:
             self.owner, self.nonce, self.ttl_arg, self.meta, int(time.time() * 1000),
             self.retention_arg, channel, self.known,
         )  # fmt: skip
-        return Call(acquire_script, self.keys, args, "acquire the lock", self.name)
+        return Call(
+            acquire_script, self.keys, args, "acquire the lock", self.name, self.replicas
+        )
 
     def claim_call(self) -> Call:
-        """The call that takes a handed-off lock for its whole lease."""
-        return Call(claim_script, self.keys[:1], (self.owner,), "claim the lock", self.name)
+        """The call that takes a handed-off lock for its whole lease (with ``replicas``,
+        a write that replicas acknowledge)."""
+        args = (self.owner, b"1") if self.replicas else (self.owner,)
+        return Call(claim_script, self.keys[:1], args, "claim the lock", self.name, self.replicas)
+
+    def undo_call(self) -> Call:
+        """The call that gives back one hold this acquire got (a grant replicas did not
+        confirm); the acquire's nonce makes a repeat count once."""
+        args = (self.owner, self.nonce, self.retention_arg)
+        return Call(release_script, self.keys, args, "give back an unreplicated lock", self.name)
+
+    def retry_hint_ms(self) -> int:
+        """How long to wait before asking again after a grant replicas did not confirm."""
+        return int(UNREPLICATED_RETRY_MS * self.jitter())
 
     def cancel_call(self) -> Call:
         """The call that ends this acquire's wait (or finds it was granted meanwhile)."""
         args = (self.owner, self.nonce, self.retention_arg)
         return Call(cancel_script, self.keys, args, "cancel the wait", self.name)
+
+
+#: About how long an acquire waits to try again after its grant was not
+#: replicated (ms; jittered), while its timeout allows.
+UNREPLICATED_RETRY_MS = 200
+
+
+def not_replicated(op: AcquireOp, exc: NotReplicated) -> LockNotReplicated:
+    """The error of an acquire whose grant replicas did not confirm in time."""
+    error = LockNotReplicated(
+        f"could not acquire lock {op.name!r}: only {exc.acks} of the {exc.required} "
+        "replicas it waits for (wait_replicas) acknowledged the grant in time, so it "
+        "was given back; check the replicas (INFO replication) or lower wait_replicas",
+        name=op.name,
+        acks=exc.acks,
+        required=exc.required,
+    )
+    return error
+
+
+def _decode_claim(reply: Any) -> Attempt:
+    """A CLAIM reply as an attempt: held when claimed (the fence is not part of it)."""
+    return Attempt(int(reply) == 1, 0, 1)
+
+
+def _ask(
+    op: AcquireOp, call: Call, decode: Callable[[Any], Attempt] = decode_attempt
+) -> Generator[Effect, Any, tuple[Attempt, NotReplicated | None]]:
+    """Run an acquire (or, with *decode*, a claim) *call*; a grant replicas did not
+    confirm is given back and reported as "held" for a short, jittered while, with
+    the failure."""
+    try:
+        return decode((yield from run(call))), None
+    except NotReplicated as exc:
+        attempt = decode(exc.reply)
+        if not attempt.held:
+            return attempt, None  # nothing was granted: the acknowledgement does not matter
+        yield from run(op.undo_call())
+        return Attempt(False, op.retry_hint_ms(), 0), exc
 
 
 def next_pause(pttl_ms: int, deadline: float | None, now: float, jitter: float) -> float | None:
@@ -178,16 +248,18 @@ def next_pause(pttl_ms: int, deadline: float | None, now: float, jitter: float) 
 def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
     """Acquire, waiting in the FIFO queue for a hand-off when *op* blocks."""
     if not op.blocking:
-        attempt = decode_attempt((yield from run(op.call(b""))))
+        attempt, failed = yield from _ask(op, op.call(b""))
+        if failed is not None:
+            raise not_replicated(op, failed)
         if not attempt.held and op.on_contended is not None:
             op.on_contended(attempt.value)
         return attempt
     deadline = None if op.timeout is None else op.clock() + op.timeout
     ready, channel = yield HUB_READY
-    attempt = decode_attempt((yield from run(op.call(channel))))
+    attempt, failed = yield from _ask(op, op.call(channel))
     if attempt.held:
         return attempt
-    if op.on_contended is not None:
+    if op.on_contended is not None and failed is None:
         op.on_contended(attempt.value)
     # Queued. A hand-off published from now on reaches the hub, which keeps it
     # for this wait even if it arrives before the registration.
@@ -196,7 +268,7 @@ def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
         # The hub was not subscribed when we queued: a hand-off published
         # meanwhile was missed, so ask once more after subscribing.
         yield SUBSCRIBE
-        attempt = decode_attempt((yield from run(op.call(channel))))
+        attempt, failed = yield from _ask(op, op.call(channel))
     heard = op.clock()  # when Redis last answered this acquire
     while True:
         while not attempt.held:
@@ -205,24 +277,35 @@ def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
                 # Leave the queue -- or learn that the lock was handed to us meanwhile.
                 attempt = decode_attempt((yield from run(op.cancel_call())))
                 if not attempt.held:
+                    if failed is not None:
+                        raise not_replicated(op, failed)
                     return attempt
                 break
             fence = yield Park(op.nonce, pause)
             if fence is not None:
                 attempt = Attempt(True, fence, 1)
             elif deadline is None or op.clock() < deadline:
-                attempt = decode_attempt((yield from run(op.call(channel))))
+                attempt, failed = yield from _ask(op, op.call(channel))
                 heard = op.clock()
             # else: time is up -- straight to the cancel, which also finds a hand-off
         # Granted after queueing: a hand-off, leased for the claim window only. Claim
         # it now if asked to, or if Redis has not been heard from for half the window
         # (the waiter was paused: the window may have run out and the lock moved on).
-        stale = op.clock() - heard > HANDOFF_CLAIM_MS / 2000
-        if not (op.claim_inline or stale) or int((yield from run(op.claim_call()))) == 1:
+        if not (op.claim_inline or op.clock() - heard > _STALE):
             return attempt._replace(handed=True)
-        # The claim window ran out before we claimed it: queue again.
-        attempt = decode_attempt((yield from run(op.call(channel))))
-        heard = op.clock()
+        claimed, failed = yield from _ask(op, op.claim_call(), _decode_claim)
+        if claimed.held:
+            return attempt._replace(handed=True)
+        if failed is None:
+            # The claim window ran out before we claimed it: queue again.
+            attempt, failed = yield from _ask(op, op.call(channel))
+            heard = op.clock()
+        else:
+            attempt = claimed
+
+
+#: A waiter not heard from by Redis for this long (s) claims a hand-off before returning.
+_STALE = HANDOFF_CLAIM_MS / 2000
 
 
 def cancel(op: AcquireOp) -> Generator[Effect, Any, Attempt]:

@@ -40,19 +40,18 @@ end
 local function num(x) return string.format('%.0f', x) end
 
 -- Make *owner* the holder, overwriting any previous holder's fields. The
--- fencing token is the fence hash's counter + 1; when that hash is new (first
--- use, or its retention ran out) the counter is seeded from the Redis clock in
--- microseconds, so tokens keep increasing unless the Redis clock went back.
+-- fencing token is the larger of the last token + 1 and the Redis clock in
+-- microseconds: tokens keep increasing when the fence hash is new (first use,
+-- or its retention ran out) and across a failover to a replica that missed the
+-- last grants, unless the clock went back.
 -- With *overwrite*, the previous holder's hash is reused in place (a hand-off
 -- from a release), so its partial-release nonce is cleared too.
 local function grant(owner, nonce, ttl, meta, since_ms, retention, overwrite)
-  local fence = redis.call('HINCRBY', F, 'fence', 1)
-  if fence == 1 then
-    fence = now_us()
-    redis.call('HSET', F, 'fence', num(fence))
-    redis.call('PEXPIRE', F, retention)
-  end
+  local fence = (tonumber(redis.call('HGET', F, 'fence')) or 0) + 1
+  local t = now_us()
+  if t > fence then fence = t end
   fence = num(fence)
+  if redis.call('HSET', F, 'fence', fence) == 1 then redis.call('PEXPIRE', F, retention) end
   if overwrite then
     redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
                'ttl', ttl, 'op', nonce, 'meta', meta, 'rel', '')
@@ -236,11 +235,14 @@ redis.call('PEXPIRE', KEYS[1], new)
 return new
 """
 
-# ARGV: owner.  A waiter that was handed the lock takes it for its whole lease
-# (or for good, without expiry). Returns 1 when claimed, 0 when not the owner's.
+# ARGV: owner[, write ('1': always write, so that a WAIT after it covers the
+# grant that came before it in the replication stream)].  A waiter that was
+# handed the lock takes it for its whole lease (or for good, without expiry).
+# Returns 1 when claimed, 0 when not the owner's.
 CLAIM = r"""
 local h = redis.call('HMGET', KEYS[1], 'owner', 'ttl')
 if h[1] ~= ARGV[1] then return 0 end
+if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'owner', ARGV[1]) end
 if h[2] == '0' then
   redis.call('PERSIST', KEYS[1])
 else

@@ -29,6 +29,19 @@ def validate_name(name: object) -> str:
     return name
 
 
+#: Most replicas a lock may wait for (a sanity bound, far above real set-ups).
+MAX_REPLICAS = 64
+
+
+def validate_replicas(value: object, what: str) -> int:
+    """Return *value* as a replica count (0 = do not wait), or raise TypeError/ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int (replicas to wait for), not {type(value).__name__}")
+    if not 0 <= value <= MAX_REPLICAS:
+        raise ValueError(f"{what} must be between 0 (do not wait) and {MAX_REPLICAS}, not {value}")
+    return value
+
+
 def validate_seconds(value: object, what: str) -> float:
     """Return *value* as positive finite seconds, or raise TypeError/ValueError naming *what*."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

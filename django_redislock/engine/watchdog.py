@@ -49,7 +49,7 @@ class WatchEntry:
 
     __slots__ = (
         "lock_ref", "owner", "backend", "key", "name", "ttl_ms", "due", "confirmed_at",
-        "in_flight", "slack", "active",
+        "in_flight", "slack", "active", "replicas",
     )  # fmt: skip
 
     def __init__(
@@ -61,6 +61,7 @@ class WatchEntry:
         ttl_ms: int,
         name: str,
         claim_ms: int | None = None,
+        replicas: int = 0,
     ) -> None:
         now = time.monotonic()
         # A Lock garbage-collected while held stops being renewed (its lease then
@@ -71,6 +72,8 @@ class WatchEntry:
         self.key = key
         self.name = name
         self.ttl_ms = ttl_ms
+        #: Replicas that must acknowledge a renewal for it to count.
+        self.replicas = replicas
         self.active = True
         self.due = now + ttl_ms / 3000.0
         #: When the last renewal Redis confirmed was sent (the lease runs at least a ttl from it).
@@ -94,9 +97,8 @@ class WatchEntry:
     @property
     def call(self) -> Call:
         """The renewal script call (made when a batch is sent, not on every acquire)."""
-        return Call(
-            renew_script, (self.key,), (self.owner, self.ttl_ms), "renew the lock", self.name
-        )
+        args = (self.owner, self.ttl_ms)
+        return Call(renew_script, (self.key,), args, "renew the lock", self.name, self.replicas)
 
     @property
     def lost_at(self) -> float:
@@ -138,13 +140,15 @@ class Watchdog:
         ttl_ms: int,
         name: str,
         claim_ms: int | None = None,
+        replicas: int = 0,
     ) -> WatchEntry:
         """Start renewing *key* on *backend* for *owner* every ~ttl/3 while *lock* is alive.
 
         *claim_ms*: the hold was handed off and is leased for that long only, so
         the first renewal (which claims it) is due within a third of that.
+        *replicas*: a renewal counts only once that many replicas acknowledged it.
         """
-        entry = WatchEntry(lock, owner, backend, key, ttl_ms, name, claim_ms)
+        entry = WatchEntry(lock, owner, backend, key, ttl_ms, name, claim_ms, replicas)
         with self._cond:
             self._entries[id(entry)] = entry
             if self._thread is None:

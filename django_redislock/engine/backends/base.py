@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from redis.exceptions import ConnectionError, OutOfMemoryError, RedisError, TimeoutError
 
 from ...exceptions import LockBackendError
-from ..calls import AmbiguousReply, Call
+from ..calls import AmbiguousReply, Call, NotReplicated
 from ..identity import on_fork_in_child
 from ..info import LockInfo
 from ..keys import KeySpace
@@ -110,6 +110,42 @@ def call_error(exc: RedisError, call: Call) -> Exception:
         err.__cause__ = exc
         return err
     return backend_error(exc, call.action, call.name)
+
+
+#: How long ``WAIT`` waits for replica acknowledgements by default (ms).
+DEFAULT_WAIT_TIMEOUT_MS = 500
+
+
+def replicated(call: Call, reply: Any, acks: Any) -> Any:
+    """The reply of *call* sent with ``WAIT`` after it: *reply* once enough replicas
+    acknowledged (*acks*, WAIT's answer), else raise :class:`~..calls.NotReplicated`.
+
+    A script error wins over the acknowledgement count (nothing was written).
+    """
+    if isinstance(reply, RedisError):
+        raise call_error(reply, call) from reply
+    if isinstance(acks, RedisError):
+        raise call_error(acks, call) from acks
+    if int(acks) < call.replicas:
+        raise NotReplicated(reply, int(acks), call.replicas)
+    return reply
+
+
+def batch_wait(calls: Sequence[Call]) -> int:
+    """How many replica acknowledgements a batch of *calls* waits for (the most any asks)."""
+    return max((call.replicas for call in calls), default=0)
+
+
+def replicated_results(calls: Sequence[Call], results: list[Any], acks: Any) -> list[Any]:
+    """Each result of a batch sent with one ``WAIT`` after it; calls that asked for more
+    acknowledgements than came get a :class:`~..calls.NotReplicated` instead."""
+    count = -1 if isinstance(acks, Exception) else int(acks)
+    return [
+        NotReplicated(result, max(count, 0), call.replicas)
+        if call.replicas > count and not isinstance(result, Exception)
+        else result
+        for call, result in zip(calls, results, strict=True)
+    ]
 
 
 _pools: weakref.WeakSet[Any] = weakref.WeakSet()

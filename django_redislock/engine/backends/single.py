@@ -16,8 +16,18 @@ from ..awakeup import AsyncWakeHub
 from ..calls import Call
 from ..info import LockInfo
 from ..keys import KeySpace
+from ..scripts import Script
 from ..wakeup import WakeHub, hub_for
-from .base import BackendFeatures, backend_error, call_error, make_fork_safe
+from .base import (
+    DEFAULT_WAIT_TIMEOUT_MS,
+    BackendFeatures,
+    backend_error,
+    batch_wait,
+    call_error,
+    make_fork_safe,
+    replicated,
+    replicated_results,
+)
 
 
 class _Single:
@@ -25,11 +35,20 @@ class _Single:
 
     features = BackendFeatures()
 
-    def __init__(self, client: Any, keyspace: KeySpace, retention_ms: int) -> None:
+    def __init__(
+        self,
+        client: Any,
+        keyspace: KeySpace,
+        retention_ms: int,
+        *,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    ) -> None:
         self.client = client
         self.keyspace = keyspace
         self.retention_ms = retention_ms
         self.retention_arg = str(retention_ms).encode()
+        #: How long ``WAIT`` waits for the replicas a call asks for (ms).
+        self.wait_timeout_ms = wait_timeout_ms
 
     def _infos(self, keys: Sequence[Any], replies: list[Any]) -> list[LockInfo]:
         infos: list[LockInfo] = []
@@ -54,12 +73,22 @@ class _Single:
 class SingleBackend(_Single):
     """A blocking backend on one redis-py client."""
 
-    def __init__(self, client: Any, keyspace: KeySpace, retention_ms: int) -> None:
-        super().__init__(client, keyspace, retention_ms)
+    def __init__(
+        self,
+        client: Any,
+        keyspace: KeySpace,
+        retention_ms: int,
+        *,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    ) -> None:
+        super().__init__(client, keyspace, retention_ms, wait_timeout_ms=wait_timeout_ms)
         make_fork_safe(client)
 
     def run(self, call: Call) -> Any:
-        """Run *call* with EVALSHA (loading the script on NOSCRIPT)."""
+        """Run *call* with EVALSHA (loading the script on NOSCRIPT); with
+        ``call.replicas``, followed by ``WAIT`` on the same connection."""
+        if call.replicas:
+            return self._run_replicated(call)
         client, script = self.client, call.script
         try:
             try:
@@ -71,30 +100,39 @@ class SingleBackend(_Single):
             raise call_error(exc, call) from exc
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
-        """Run *calls* in one pipelined round trip (loading scripts once on NOSCRIPT)."""
+        """Run *calls* in one pipelined round trip (loading scripts once on NOSCRIPT),
+        followed by one ``WAIT`` on the same connection when any asks for replicas."""
         if not calls:
             return []
+        results, acks = self._pipelined(calls)
+        results = [
+            backend_error(r, c.action, c.name) if isinstance(r, Exception) else r
+            for c, r in zip(calls, results, strict=True)
+        ]
+        return replicated_results(calls, results, acks) if acks is not None else results
+
+    def _run_replicated(self, call: Call) -> Any:
+        results, acks = self._pipelined([call])
+        return replicated(call, results[0], acks)
+
+    def _pipelined(self, calls: Sequence[Call]) -> tuple[list[Any], Any]:
+        wait = batch_wait(calls)
         try:
             for attempt in range(2):
                 pipe = self.client.pipeline(transaction=False)
                 for call in calls:
                     pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+                if wait:
+                    pipe.execute_command("WAIT", wait, self.wait_timeout_ms)
                 results = pipe.execute(raise_on_error=False)
-                missing = {
-                    c.script.sha: c.script
-                    for c, r in zip(calls, results, strict=True)
-                    if isinstance(r, NoScriptError)
-                }
+                missing = _missing_scripts(calls, results)
                 if not missing or attempt:
                     break
-                for script in missing.values():
+                for script in missing:
                     self.client.script_load(script.source)
         except RedisError as exc:
             raise call_error(exc, calls[0]) from exc
-        return [
-            backend_error(r, c.action, c.name) if isinstance(r, Exception) else r
-            for c, r in zip(calls, results, strict=True)
-        ]
+        return (results[:-1], results[-1]) if wait else (results, None)
 
     def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
         """One SCAN step; a cursor that is not a number starts over."""
@@ -135,12 +173,22 @@ class SingleBackend(_Single):
 class AsyncSingleBackend(_Single):
     """An asyncio backend on one ``redis.asyncio`` client (bound to one event loop)."""
 
-    def __init__(self, client: Any, keyspace: KeySpace, retention_ms: int) -> None:
-        super().__init__(client, keyspace, retention_ms)
+    def __init__(
+        self,
+        client: Any,
+        keyspace: KeySpace,
+        retention_ms: int,
+        *,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    ) -> None:
+        super().__init__(client, keyspace, retention_ms, wait_timeout_ms=wait_timeout_ms)
         self._hub: AsyncWakeHub | None = None
 
     async def run(self, call: Call) -> Any:
-        """Run *call* with EVALSHA (loading the script on NOSCRIPT)."""
+        """Run *call* with EVALSHA (loading the script on NOSCRIPT); with
+        ``call.replicas``, followed by ``WAIT`` on the same connection."""
+        if call.replicas:
+            return await self._run_replicated(call)
         client, script = self.client, call.script
         try:
             try:
@@ -150,6 +198,20 @@ class AsyncSingleBackend(_Single):
                 return await client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
         except RedisError as exc:
             raise call_error(exc, call) from exc
+
+    async def _run_replicated(self, call: Call) -> Any:
+        try:
+            for attempt in range(2):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+                pipe.execute_command("WAIT", call.replicas, self.wait_timeout_ms)
+                reply, acks = await pipe.execute(raise_on_error=False)
+                if attempt or not isinstance(reply, NoScriptError):
+                    break
+                await self.client.script_load(call.script.source)
+        except RedisError as exc:
+            raise call_error(exc, call) from exc
+        return replicated(call, reply, acks)
 
     async def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
         """One SCAN step; a cursor that is not a number starts over."""
@@ -188,6 +250,16 @@ class AsyncSingleBackend(_Single):
             await self.client.aclose()
         except (RedisError, OSError, RuntimeError, asyncio.CancelledError):
             pass
+
+
+def _missing_scripts(calls: Sequence[Call], results: list[Any]) -> list[Script]:
+    """The scripts of *calls* the server did not know (NOSCRIPT), once each."""
+    missing = {
+        c.script.sha: c.script
+        for c, r in zip(calls, results[: len(calls)], strict=True)
+        if isinstance(r, NoScriptError)
+    }
+    return list(missing.values())
 
 
 def _cursor(text: str) -> int:
