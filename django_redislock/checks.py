@@ -6,6 +6,10 @@
 * ``django_redislock.W002`` Redis may evict lock keys (``maxmemory`` with a policy
   other than ``noeviction``).
 * ``django_redislock.W003`` the lock client has no socket timeout.
+* ``django_redislock.E003`` ``REDISLOCK_WAIT_REPLICAS`` asks for more replicas than
+  Redis has connected: every grant would be refused.
+* ``django_redislock.W004`` Redis has replicas but locks do not wait for them
+  (``REDISLOCK_WAIT_REPLICAS`` is 0): a failover may lose fresh grants.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from .conf import get_setting
 from .connection import resolve_client
 from .engine.keys import KeySpace
-from .engine.validate import validate_seconds
+from .engine.validate import validate_replicas, validate_seconds
 from .exceptions import LockBackendError
 from .handler import default_source
 
@@ -27,11 +31,15 @@ from .handler import default_source
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Check the REDISLOCK_* values and that the backend is a Redis cache."""
     errors: list[checks.CheckMessage] = []
-    for name in ("REDISLOCK_DEFAULT_TTL", "REDISLOCK_FENCE_RETENTION"):
+    for name in ("REDISLOCK_DEFAULT_TTL", "REDISLOCK_FENCE_RETENTION", "REDISLOCK_WAIT_TIMEOUT"):
         try:
             validate_seconds(get_setting(name), name)
         except (TypeError, ValueError) as exc:
             errors.append(checks.Error(str(exc), id="django_redislock.E002"))
+    try:
+        validate_replicas(get_setting("REDISLOCK_WAIT_REPLICAS"), "REDISLOCK_WAIT_REPLICAS")
+    except (TypeError, ValueError) as exc:
+        errors.append(checks.Error(str(exc), id="django_redislock.E002"))
     try:
         KeySpace(get_setting("REDISLOCK_KEY_PREFIX"))
     except ValueError as exc:
@@ -83,15 +91,51 @@ def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
                 id="django_redislock.W001",
             )
         ]
+    problems = _replication_problems(backend)
     policy = values.get("maxmemory-policy", "noeviction")
     if int(values.get("maxmemory") or 0) > 0 and policy != "noeviction":
-        return [
+        problems.append(
             checks.Warning(
                 f"Redis has maxmemory set with maxmemory-policy {policy!r}: under memory "
                 "pressure it may evict lock keys, and an evicted lock is silently free.",
                 hint="Use maxmemory-policy noeviction on the Redis that holds locks, or "
                 "point REDISLOCK_URL at a Redis that does not evict.",
                 id="django_redislock.W002",
+            )
+        )
+    return problems
+
+
+def _replication_problems(backend: Any) -> list[checks.CheckMessage]:
+    """E003/W004: REDISLOCK_WAIT_REPLICAS against the replicas Redis has."""
+    try:
+        wanted = validate_replicas(
+            get_setting("REDISLOCK_WAIT_REPLICAS"), "REDISLOCK_WAIT_REPLICAS"
+        )
+        replicas = backend.connected_replicas()
+    except (TypeError, ValueError, LockBackendError, AttributeError):
+        return []  # an invalid setting is E002; INFO refused: nothing to compare
+    if wanted > replicas:
+        return [
+            checks.Error(
+                f"REDISLOCK_WAIT_REPLICAS is {wanted}, but the Redis primary for locks has "
+                f"{replicas} replica(s) connected: no grant could be confirmed, so every "
+                "acquire would fail with LockNotReplicated.",
+                hint="Lower REDISLOCK_WAIT_REPLICAS to the number of replicas you run "
+                "(1 is usual), or check why the replicas are not connected.",
+                id="django_redislock.E003",
+            )
+        ]
+    if wanted == 0 and replicas > 0:
+        return [
+            checks.Warning(
+                f"The Redis primary for locks has {replicas} replica(s), but locks do not "
+                "wait for them: a failover right after a grant can promote a replica that "
+                "never saw it, and a second client then gets the same lock.",
+                hint="Set REDISLOCK_WAIT_REPLICAS = 1 (about 0.03 ms per grant on a healthy "
+                "replica; see docs/topology.md), or silence django_redislock.W004 if a "
+                "rare double grant after a failover is acceptable.",
+                id="django_redislock.W004",
             )
         ]
     return []

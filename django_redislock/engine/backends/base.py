@@ -66,6 +66,10 @@ class Backend(Protocol):
     def hub(self) -> WakeHub:
         """This process's wake-up hub for this backend."""
 
+    def connected_replicas(self) -> int:
+        """How many replicas the primary reports connected (the fewest over its primaries
+        for a backend with several; the system checks compare it with ``wait_replicas``)."""
+
 
 class AsyncBackend(Protocol):
     """An asyncio backend: the same operations as :class:`Backend`, awaitable."""

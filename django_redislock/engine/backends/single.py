@@ -165,6 +165,14 @@ class SingleBackend(_Single):
             raise backend_error(exc, "read the server's configuration", None) from exc
         return {_text(k): _text(v) for k, v in reply.items()}
 
+    def connected_replicas(self) -> int:
+        """How many replicas the primary reports connected (``INFO replication``)."""
+        try:
+            info = self.client.info("replication")
+        except RedisError as exc:
+            raise backend_error(exc, "read the replication state", None) from exc
+        return int(info.get("connected_slaves", 0))
+
     def hub(self) -> WakeHub:
         """This process's wake-up hub for the client's connection pool."""
         return hub_for(self.client, self.keyspace.wake_prefix)
