@@ -47,10 +47,11 @@ def link_up(replica: redis.Redis) -> bool:
 class ReplicatedPair:
     """A primary and one replica that replicates through a proxy."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, through_proxy: bool = True) -> None:
         self.primary = RedisServer(*FAST_SYNC)
         self.proxy = TcpProxy(self.primary.port)
-        self.replica = RedisServer("--replicaof", "127.0.0.1", str(self.proxy.port))
+        upstream = self.proxy.port if through_proxy else self.primary.port
+        self.replica = RedisServer("--replicaof", "127.0.0.1", str(upstream))
         self.primary_client = redis.Redis(port=self.primary.port, socket_timeout=5)
         self.replica_client = redis.Redis(port=self.replica.port, socket_timeout=5)
         wait_until(lambda: link_up(self.replica_client), 10, "the replica to sync")

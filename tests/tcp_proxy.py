@@ -82,6 +82,8 @@ class TcpProxy:
             except OSError:
                 _close(client)
                 continue
+            for sock in (client, upstream):  # as Redis and redis-py do: no Nagle delay
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._conns += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
