@@ -1,0 +1,217 @@
+"""The same lock behaviour on every engine: one Redis, Sentinel with a replica the
+grants wait for, Redis Cluster, Redlock over independent masters.
+
+Each engine is started for real by its fixture (module scope, so once per run);
+the tests take a ``LockManager`` on it and check what must hold everywhere. What
+only some engines do (a FIFO hand-off, replica acknowledgements, quorum votes)
+is tested in that engine's own module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+import redis.sentinel
+from django.conf import settings
+from django.test import override_settings
+
+from django_redislock import LockManager, LockNotAcquired
+from tests.replication import SERVICE, SentinelSetup
+
+
+def _plain() -> Iterator[LockManager]:
+    yield LockManager(url=settings.REDIS_URL)
+
+
+def _sentinel() -> Iterator[LockManager]:
+    setup = SentinelSetup()
+    try:
+        sentinel = redis.sentinel.Sentinel(setup.sentinels, socket_timeout=2)
+        client = sentinel.master_for(SERVICE, socket_timeout=2)
+        with override_settings(REDISLOCK_WAIT_REPLICAS=1):
+            yield LockManager(client=client)
+    finally:
+        setup.stop()
+
+
+#: Engine name -> a generator of one LockManager on it (set-up before, tear-down after).
+ENGINES: dict[str, Callable[[], Iterator[LockManager]]] = {
+    "single": _plain,
+    "sentinel-wait1": _sentinel,
+}
+
+
+@pytest.fixture(scope="module", params=sorted(ENGINES))
+def engine(request: pytest.FixtureRequest) -> Iterator[LockManager]:
+    yield from ENGINES[request.param]()
+
+
+@pytest.fixture
+def manager(engine: LockManager) -> LockManager:
+    return engine
+
+
+@pytest.fixture
+def lock_name() -> str:
+    return f"engines:{uuid.uuid4().hex[:12]}"
+
+
+def test_acquire_release_and_inspect(manager: LockManager, lock_name: str) -> None:
+    lock = manager.lock(lock_name, purpose="engine test", auto_renew=False)
+    assert lock.acquire(blocking=False)
+    assert lock.owned() and lock.locked()
+    info = manager.get(lock_name)
+    assert info is not None and info.owner == lock.owner and info.purpose == "engine test"
+    assert lock_name in {i.name for i in manager.active()}
+    assert lock.release() == 0
+    assert not lock.locked()
+    assert manager.get(lock_name) is None
+
+
+def test_fencing_tokens_increase_across_holders(manager: LockManager, lock_name: str) -> None:
+    tokens = []
+    for i in range(5):
+        with manager.lock(lock_name, owner=f"holder-{i}", auto_renew=False) as held:
+            tokens.append(held.fencing_token)
+    assert all(t is not None for t in tokens)
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+
+
+def test_reentry_and_contention(manager: LockManager, lock_name: str) -> None:
+    mine = manager.lock(lock_name, owner="me", auto_renew=False)
+    other = manager.lock(lock_name, owner="other", auto_renew=False)
+    assert mine.acquire(blocking=False)
+    assert mine.acquire(blocking=False)
+    assert not other.acquire(blocking=False)
+    with pytest.raises(LockNotAcquired):
+        with manager.lock(lock_name, owner="other", blocking=False):
+            pass
+    assert mine.release() == 1
+    assert not other.acquire(blocking=False)
+    assert mine.release() == 0
+    assert other.acquire(blocking=False)
+    other.release()
+
+
+def test_a_waiter_is_woken_by_the_release(manager: LockManager, lock_name: str) -> None:
+    holder = manager.lock(lock_name, owner="holder", auto_renew=False)
+    assert holder.acquire()
+    outcome: list[tuple[bool, float]] = []
+    started = threading.Event()
+
+    def wait() -> None:
+        started.set()
+        got = manager.lock(lock_name, owner="waiter", auto_renew=False).acquire(timeout=10)
+        outcome.append((got, time.monotonic()))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    started.wait(5)
+    time.sleep(0.3)  # let it queue/park: a wake-up, not its first attempt, must get it
+    released = time.monotonic()
+    holder.release()
+    thread.join(10)
+    assert outcome and outcome[0][0]
+    # Woken by the release, not by the ~1 s fallback poll.
+    assert outcome[0][1] - released < 0.5
+    manager.force_release(lock_name)
+
+
+def test_a_timed_out_wait_gives_up(manager: LockManager, lock_name: str) -> None:
+    holder = manager.lock(lock_name, owner="holder", auto_renew=False)
+    assert holder.acquire()
+    started = time.monotonic()
+    assert not manager.lock(lock_name, owner="waiter").acquire(timeout=0.3)
+    assert 0.25 <= time.monotonic() - started < 3
+    holder.release()
+    assert manager.lock(lock_name, owner="third", auto_renew=False).acquire(blocking=False)
+    manager.force_release(lock_name)
+
+
+def test_the_watchdog_keeps_a_short_lease_alive(manager: LockManager, lock_name: str) -> None:
+    holder = manager.lock(lock_name, ttl=0.6, owner="holder")
+    assert holder.acquire()
+    deadline = time.monotonic() + 1.8  # three leases
+    while time.monotonic() < deadline:
+        assert not manager.lock(lock_name, owner="other").acquire(blocking=False)
+        time.sleep(0.1)
+    assert not holder.lost
+    assert holder.release() == 0
+
+
+def test_a_dead_holders_lease_runs_out(manager: LockManager, lock_name: str) -> None:
+    assert manager.lock(lock_name, ttl=0.3, owner="dead", auto_renew=False).acquire()
+    other = manager.lock(lock_name, owner="alive", auto_renew=False)
+    assert other.acquire(timeout=5)
+    other.release()
+
+
+def test_force_release_and_paging(manager: LockManager, lock_name: str) -> None:
+    names = [f"{lock_name}:{i}" for i in range(40)]
+    held = [manager.lock(n, owner="pager", auto_renew=False) for n in names]
+    for lock in held:
+        assert lock.acquire(blocking=False)
+    seen: list[str] = []
+    cursor = "0"
+    for _ in range(10_000):
+        cursor, infos = manager.scan_page(cursor, count=7)
+        seen += [i.name for i in infos if i.name.startswith(lock_name)]
+        if cursor == "0":
+            break
+    assert sorted(seen) == sorted(names)
+    assert manager.force_release(names[0])
+    assert manager.get(names[0]) is None
+    for lock in held[1:]:
+        lock.release()
+
+
+def test_async_with_between_tasks(manager: LockManager, lock_name: str) -> None:
+    async def scenario() -> list[tuple[str, float, float]]:
+        spans: list[tuple[str, float, float]] = []
+
+        async def worker(i: int) -> None:
+            for _ in range(5):
+                async with manager.lock(lock_name, timeout=20, auto_renew=False):
+                    start = time.monotonic()
+                    await asyncio.sleep(0.005)
+                    spans.append((f"task-{i}", start, time.monotonic()))
+
+        await asyncio.gather(*(worker(i) for i in range(4)))
+        return spans
+
+    spans = sorted(asyncio.run(scenario()), key=lambda s: s[1])
+    assert len(spans) == 20
+    for before, after in zip(spans, spans[1:], strict=False):
+        assert after[1] >= before[2], f"two holders at once: {before} {after}"
+
+
+def test_no_lost_update_between_threads(manager: LockManager, lock_name: str) -> None:
+    store = redis.Redis.from_url(settings.REDIS_URL)  # the data the lock guards
+    counter, inside = f"{lock_name}:counter", f"{lock_name}:inside"
+    overlaps: list[int] = []
+
+    def work() -> None:
+        lock = manager.lock(lock_name, timeout=30, auto_renew=False)
+        for _ in range(20):
+            with lock:
+                if store.incr(inside) != 1:
+                    overlaps.append(1)
+                value = int(store.get(counter) or 0)
+                time.sleep(0.001)
+                store.set(counter, value + 1)
+                store.decr(inside)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert not overlaps
+    assert int(store.get(counter) or 0) == 80
