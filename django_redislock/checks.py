@@ -20,7 +20,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import get_setting
-from .connection import resolve_client
+from .connection import connection_kwargs, resolve_client
 from .engine.keys import KeySpace
 from .engine.validate import validate_replicas, validate_seconds
 from .exceptions import LockBackendError
@@ -55,8 +55,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="django_redislock.E001",
             )
         )
+    except LockBackendError:
+        pass  # Redis could not be asked whether it is a cluster: check_server says so
     else:
-        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        kwargs = connection_kwargs(client)
         if kwargs.get("socket_timeout") is None:
             errors.append(
                 checks.Warning(
@@ -77,10 +79,9 @@ def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     """Warn when Redis is unreachable or configured to evict keys."""
     try:
         backend = default_source.backend()
+        values = backend.server_config("maxmemory*")
     except (ImproperlyConfigured, ValueError, TypeError):
         return []  # reported by check_settings
-    try:
-        values = backend.server_config("maxmemory*")
     except LockBackendError as exc:
         if "unknown command" in str(exc).lower() or "no permission" in str(exc).lower():
             return []  # CONFIG is disabled (managed Redis): nothing to inspect

@@ -18,6 +18,9 @@ DEFAULTS: dict[str, Any] = {
     "REDISLOCK_CACHE": "default",
     # A redis:// URL to use instead of a cache alias (the escape hatch).
     "REDISLOCK_URL": None,
+    # Whether REDISLOCK_URL is a node of a Redis Cluster: None = ask the server
+    # once (INFO cluster: cluster_enabled), True = it is, False = it is not.
+    "REDISLOCK_CLUSTER": None,
     # First component of every Redis key this package writes.
     "REDISLOCK_KEY_PREFIX": "redislock",
     # Default lease, in seconds.

@@ -10,18 +10,24 @@ must never be read from a replica). Supported cache backends:
   through its client's ``get_client(write=True)``.
 
 ``REDISLOCK_URL`` (a ``redis://`` / ``rediss://`` / ``unix://`` URL) overrides
-the cache alias.
+the cache alias. When it names a node of a Redis Cluster (``REDISLOCK_CLUSTER``,
+or asked of the server), the client is a ``redis.cluster.RedisCluster``; a cache
+alias whose client is a ``RedisCluster`` works too.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import redis
+import redis.cluster
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import RedisClusterException
 
 from .conf import get_setting
+from .exceptions import LockBackendError
 
 DJANGO_REDIS_BACKEND = "django.core.cache.backends.redis.RedisCache"
 
@@ -69,18 +75,62 @@ def _django_client_class() -> type:
     return RedisCacheClient
 
 
-_url_clients: dict[str, redis.Redis] = {}
+Client = redis.Redis | redis.cluster.RedisCluster
+
+_url_clients: dict[tuple[str, bool | None], Client] = {}
 
 
-def client_for_url(url: str) -> redis.Redis:
-    """Return a (process-wide, cached) client for a Redis URL."""
-    client = _url_clients.get(url)
+def client_for_url(url: str) -> Client:
+    """Return a (process-wide, cached) client for a Redis URL: a ``RedisCluster``
+    when the URL names a cluster node (``REDISLOCK_CLUSTER``, by default asked of
+    the server once)."""
+    cluster = get_setting("REDISLOCK_CLUSTER")
+    client = _url_clients.get((url, cluster))
     if client is None:
-        client = _url_clients.setdefault(url, redis.Redis.from_url(url))
+        if cluster is None:
+            cluster = is_cluster_node(url)
+        try:
+            made: Client = (
+                redis.cluster.RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
+            )
+        except (redis.RedisError, RedisClusterException) as exc:  # a cluster connects at once
+            message = f"could not connect to the Redis Cluster at {url}: {exc}"
+            raise LockBackendError(message) from exc
+        client = _url_clients.setdefault((url, get_setting("REDISLOCK_CLUSTER")), made)
     return client
 
 
-def resolve_client(cache_alias: str | None = None, url: str | None = None) -> redis.Redis:
+def is_cluster_node(url: str) -> bool:
+    """Whether the server at *url* runs in cluster mode (``INFO cluster``); raises
+    LockBackendError when it cannot be asked."""
+    probe = redis.Redis.from_url(url)
+    try:
+        return bool(int(probe.info("cluster").get("cluster_enabled", 0)))
+    except redis.RedisError as exc:
+        raise LockBackendError(
+            f"could not ask Redis at REDISLOCK_URL whether it is a cluster node: {exc}; "
+            "set REDISLOCK_CLUSTER = True or False to skip the question"
+        ) from exc
+    finally:
+        probe.close()
+
+
+def connection_kwargs(client: Any) -> dict[str, Any]:
+    """The connection settings of *client* (of a node's pool for a cluster client)."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        client = client.get_default_node().redis_connection  # type: ignore[no-untyped-call]
+    pool = getattr(client, "connection_pool", None)
+    return dict(getattr(pool, "connection_kwargs", {}))
+
+
+def is_cluster_client(client: Any) -> bool:
+    """Whether *client* is a Redis Cluster client (blocking or ``redis.asyncio``)."""
+    import redis.asyncio
+
+    return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.RedisCluster))
+
+
+def resolve_client(cache_alias: str | None = None, url: str | None = None) -> Client:
     """The client for an explicit alias/URL, else for ``REDISLOCK_URL`` / ``REDISLOCK_CACHE``."""
     if url is None and cache_alias is None:
         url = get_setting("REDISLOCK_URL")
@@ -140,13 +190,23 @@ def async_twin(client: redis.Redis) -> Any:
     """A new ``redis.asyncio`` client to the same server, with the same connection settings.
 
     Built from the sync client's pool, so a Django cache alias, a URL or a
-    Sentinel set-up yields an asyncio client for the current event loop.
+    Sentinel set-up yields an asyncio client for the current event loop; a
+    ``RedisCluster`` yields a ``redis.asyncio.RedisCluster`` on its known nodes.
     """
     import redis.asyncio
+    import redis.asyncio.cluster
     import redis.asyncio.connection as aconn
     import redis.asyncio.sentinel
     import redis.sentinel
 
+    if isinstance(client, redis.cluster.RedisCluster):
+        nodes = client.get_nodes()
+        return redis.asyncio.RedisCluster(
+            startup_nodes=[redis.asyncio.cluster.ClusterNode(n.host, n.port) for n in nodes],
+            **_cluster_twin_kwargs(
+                nodes[0].redis_connection.connection_pool, redis.asyncio.RedisCluster
+            ),
+        )
     pool = client.connection_pool
     kwargs = _twin_kwargs(dict(pool.connection_kwargs))
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):
@@ -183,12 +243,37 @@ def async_twin(client: redis.Redis) -> Any:
 
 
 def sync_twin(client: Any) -> redis.Redis:
-    """A blocking client to the same server as the ``redis.asyncio`` *client* (for renewals)."""
+    """A blocking client to the same server as the ``redis.asyncio`` *client* (for
+    renewals); a ``RedisCluster`` on the asyncio client's startup nodes for a cluster."""
+    import redis.asyncio
     import redis.connection as sconn
 
+    if isinstance(client, redis.asyncio.RedisCluster):
+        nodes = list(client.nodes_manager.startup_nodes.values())
+        return redis.cluster.RedisCluster(  # type: ignore[return-value]
+            startup_nodes=[
+                redis.cluster.ClusterNode(n.host, n.port)  # type: ignore[no-untyped-call]
+                for n in nodes
+            ],
+            **_cluster_twin_kwargs(nodes[0], redis.cluster.RedisCluster),
+        )
     pool = client.connection_pool
     kwargs = _twin_kwargs(dict(pool.connection_kwargs))
     connection_class = _twin_connection_class(pool, sconn, kwargs)
     return redis.Redis(
         connection_pool=redis.ConnectionPool(connection_class=connection_class, **kwargs)
     )
+
+
+def _cluster_twin_kwargs(pool: Any, cluster_class: type) -> dict[str, Any]:
+    """The connection settings of a cluster node's *pool* (or asyncio ``ClusterNode``)
+    that *cluster_class* takes: no address, database or socket path; ``ssl`` for TLS."""
+    kwargs = _twin_kwargs(dict(pool.connection_kwargs))
+    for key in ("host", "port", "path", "db"):
+        kwargs.pop(key, None)
+    if pool.connection_class.__name__ == "SSLConnection":
+        kwargs["ssl"] = True
+    params = inspect.signature(cluster_class).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return kwargs

@@ -21,10 +21,16 @@ from typing import Any
 from django.core.signals import setting_changed
 
 from .conf import get_setting
-from .connection import async_twin, is_async_client, resolve_client, sync_twin
+from .connection import async_twin, is_async_client, is_cluster_client, resolve_client, sync_twin
+from .engine.backends.cluster import AsyncClusterBackend, ClusterBackend
 from .engine.backends.single import AsyncSingleBackend, SingleBackend
 from .engine.keys import KeySpace
 from .engine.validate import to_millis, validate_seconds
+
+#: The blocking backends a source makes: one Redis (plain or Sentinel), or a cluster.
+BlockingBackend = SingleBackend | ClusterBackend
+#: Their asyncio twins.
+LoopBackend = AsyncSingleBackend | AsyncClusterBackend
 
 
 class BackendSource:
@@ -61,8 +67,8 @@ class BackendSource:
         self.key_prefix = key_prefix
         self._client = client
         self._async_client = async_client
-        self._backend: SingleBackend | None = None
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSingleBackend]
+        self._backend: BlockingBackend | None = None
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBackend]
         self._async = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         setting_changed.connect(self._on_setting_changed, weak=True)
@@ -84,7 +90,7 @@ class BackendSource:
         wait = validate_seconds(get_setting("REDISLOCK_WAIT_TIMEOUT"), "REDISLOCK_WAIT_TIMEOUT")
         return {"wait_timeout_ms": to_millis(wait, "REDISLOCK_WAIT_TIMEOUT")}
 
-    def backend(self) -> SingleBackend:
+    def backend(self) -> BlockingBackend:
         """The blocking backend (resolved on first use, then cached)."""
         backend = self._backend
         if backend is None:
@@ -97,26 +103,28 @@ class BackendSource:
                         client = sync_twin(self._async_client)
                     else:
                         client = resolve_client(self.cache_alias, self.url)
-                    backend = self._backend = SingleBackend(
+                    backend_class = ClusterBackend if is_cluster_client(client) else SingleBackend
+                    backend = self._backend = backend_class(
                         client, *self._keyspace_and_retention(), **self._backend_options()
                     )
         return backend
 
-    def abackend(self) -> AsyncSingleBackend:
+    def abackend(self) -> LoopBackend:
         """The asyncio backend of the running event loop (made on first use in each loop)."""
         loop = asyncio.get_running_loop()
         backend = self._async.get(loop)
         if backend is None:
             if self._async_client is not None:
-                backend = AsyncSingleBackend(
+                backend = _async_class(self._async_client)(
                     self._async_client,
                     *self._keyspace_and_retention(),
                     **self._backend_options(),
                 )
             else:
                 sync = self.backend()
-                backend = AsyncSingleBackend(
-                    async_twin(sync.client),
+                twin = async_twin(sync.client)
+                backend = _async_class(twin)(
+                    twin,
                     sync.keyspace,
                     sync.retention_ms,
                     wait_timeout_ms=sync.wait_timeout_ms,
@@ -126,7 +134,12 @@ class BackendSource:
         return backend
 
 
-def _close_with_loop(loop: asyncio.AbstractEventLoop, backend: AsyncSingleBackend) -> None:
+def _async_class(client: Any) -> type[LoopBackend]:
+    """The asyncio backend class for *client*: the cluster one for a ``RedisCluster``."""
+    return AsyncClusterBackend if is_cluster_client(client) else AsyncSingleBackend
+
+
+def _close_with_loop(loop: asyncio.AbstractEventLoop, backend: LoopBackend) -> None:
     """Close *backend*'s connections when *loop* closes (they cannot outlive it)."""
     original = loop.close
 

@@ -14,13 +14,12 @@ from typing import Any
 
 from . import signals
 from .engine.backends.base import AsyncBackend, Backend
-from .engine.backends.single import SingleBackend
 from .engine.calls import Call, ExtendResult
 from .engine.driver import call_async, call_sync
 from .engine.info import LockInfo
 from .engine.scripts import force_extend_script, force_release_script
 from .engine.validate import to_millis, validate_name, validate_seconds
-from .handler import BackendSource, default_source
+from .handler import BackendSource, BlockingBackend, default_source
 from .lock import Lock
 
 __all__ = ["ExtendResult", "LockManager", "locks"]
@@ -66,7 +65,7 @@ class LockManager:
         self.url = url
         self.key_prefix = key_prefix
 
-    def backend(self) -> SingleBackend:
+    def backend(self) -> BlockingBackend:
         """The blocking backend: the resolved client and key layout (advanced)."""
         return self.source.backend()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,14 +11,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 from redis.exceptions import ConnectionError, OutOfMemoryError, RedisError, TimeoutError
 
 from ...exceptions import LockBackendError
+from ..awakeup import AsyncWakeHub
 from ..calls import AmbiguousReply, Call, NotReplicated
 from ..identity import on_fork_in_child
 from ..info import LockInfo
 from ..keys import KeySpace
 
 if TYPE_CHECKING:
-    from ..awakeup import AsyncWakeHub
     from ..wakeup import WakeHub
+
+#: How long ``WAIT`` waits for replica acknowledgements by default (ms).
+DEFAULT_WAIT_TIMEOUT_MS = 500
 
 #: redis-py errors after which a command may or may not have run.
 AMBIGUOUS_ERRORS = (ConnectionError, TimeoutError)
@@ -94,6 +98,59 @@ class AsyncBackend(Protocol):
         """Close the connections (the hub's too)."""
 
 
+class BackendState:
+    """What every backend holds: its client, key layout, fence retention and WAIT timeout."""
+
+    def __init__(
+        self,
+        client: Any,
+        keyspace: KeySpace,
+        retention_ms: int,
+        *,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    ) -> None:
+        self.client = client
+        self.keyspace = keyspace
+        self.retention_ms = retention_ms
+        self.retention_arg = str(retention_ms).encode()
+        #: How long ``WAIT`` waits for the replicas a call asks for (ms).
+        self.wait_timeout_ms = wait_timeout_ms
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.client!r} prefix={self.keyspace.prefix!r}>"
+
+
+class AsyncBackendState(BackendState):
+    """What every asyncio backend holds besides: its event loop's wake-up hub, made
+    on first use with :meth:`_subscriber`, and the clients :meth:`aclose` closes."""
+
+    _hub: AsyncWakeHub | None = None
+
+    def _subscriber(self) -> Any:
+        """What the hub calls ``pubsub()`` on: the client, unless a backend says otherwise."""
+        return self.client
+
+    def _closables(self) -> list[Any]:
+        """The clients :meth:`aclose` closes."""
+        return [self.client]
+
+    def hub(self) -> AsyncWakeHub:
+        """The running event loop's wake-up hub for this backend."""
+        if self._hub is None:
+            self._hub = AsyncWakeHub(self._subscriber(), self.keyspace.wake_prefix)
+        return self._hub
+
+    async def aclose(self) -> None:
+        """Stop the hub and close the connections."""
+        if self._hub is not None:
+            await self._hub.aclose()
+        for client in self._closables():
+            try:
+                await client.aclose()
+            except (RedisError, OSError, RuntimeError, asyncio.CancelledError):
+                pass
+
+
 def backend_error(exc: BaseException, action: str, name: str | None) -> LockBackendError:
     """Wrap a redis-py exception raised while doing *action* in a LockBackendError."""
     err = LockBackendError(f"Redis error while trying to {action}: {exc}", name=name)
@@ -115,9 +172,6 @@ def call_error(exc: RedisError, call: Call) -> Exception:
         return err
     return backend_error(exc, call.action, call.name)
 
-
-#: How long ``WAIT`` waits for replica acknowledgements by default (ms).
-DEFAULT_WAIT_TIMEOUT_MS = 500
 
 
 def replicated(call: Call, reply: Any, acks: Any) -> Any:

@@ -1,0 +1,447 @@
+"""Redis Cluster: the sync and the asyncio backend.
+
+Every key of one lock carries the hash tag ``{name}``, so each script touches
+one slot and runs unchanged on a cluster. What differs from one Redis:
+
+* **Routing.** A call goes through redis-py's ``RedisCluster`` (which follows
+  ``MOVED``/``ASK``), except where one connection of the key's node is needed:
+  a call with ``replicas`` is sent as ``EVALSHA …; WAIT n t`` pipelined on that
+  node's own plain client (``RedisCluster`` would send ``WAIT`` to a default
+  node and add up the replies of several), and the watchdog's renewal batches
+  are one plain pipeline per node (``ClusterPipeline`` refuses ``EVALSHA`` and
+  is about 15x slower).
+* **Retries.** ``TRYAGAIN`` (a multi-key script while its slot migrates),
+  ``CLUSTERDOWN`` (a failover), redis-py's "TTL exhausted" after many redirects
+  and redirects that reach us are retried with a 10→100 ms backoff for up to
+  :attr:`retry_window` seconds (default 5: a failover with
+  ``cluster-node-timeout 1000`` took 2.4–2.5 s here). The scripts' nonces make
+  a repeat harmless. A lost connection or a timeout is an ``AmbiguousReply``,
+  which the flows resend once with the same nonce.
+* **Listing** walks the primaries one after another behind one opaque cursor
+  ``"<slot>:<cursor>"``: the lowest slot of the primary being scanned (which
+  survives a failover, unlike the node's address) and that node's SCAN cursor.
+* **Wake-ups.** A ``PUBLISH`` inside a script reaches subscribers on every node,
+  so the hub subscribes with a plain client on one node, chosen by
+  :class:`NodePicker`, and moves to the next node when its subscription breaks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    MovedError,
+    RedisClusterException,
+    RedisError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+
+from ...exceptions import LockBackendError
+from ..calls import AmbiguousReply, Call, NotReplicated
+from ..identity import process_token
+from ..info import LockInfo
+from ..keys import KeySpace
+from ..wakeup import WakeHub, hub_for
+from . import server
+from .base import (
+    DEFAULT_WAIT_TIMEOUT_MS,
+    AsyncBackendState,
+    BackendFeatures,
+    BackendState,
+    backend_error,
+    call_error,
+    make_fork_safe,
+    replicated,
+)
+
+#: How long (seconds) a call keeps retrying while its slot moves or the cluster is down.
+DEFAULT_RETRY_WINDOW = 5.0
+_FIRST_PAUSE, _MAX_PAUSE = 0.01, 0.1
+#: Errors about one slot: the call is rerun through RedisCluster, which follows redirects.
+_SLOT_ERRORS = (AskError, TryAgainError)  # MovedError is an AskError
+_RETRYABLE = (*_SLOT_ERRORS, ClusterDownError, SlotNotCoveredError)
+#: What a cluster client raises (its own RedisClusterException is no RedisError).
+_ERRORS = (RedisError, RedisClusterException)
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether *exc* means "the slot is moving or the cluster is failing over: retry"."""
+    return isinstance(exc, _RETRYABLE) or (
+        isinstance(exc, ClusterError) and "TTL exhausted" in str(exc)
+    )
+
+
+def retry_pauses(window: float) -> Iterator[float]:
+    """Pauses of 10 ms doubling up to 100 ms, for as long as *window* seconds last."""
+    deadline = time.monotonic() + window
+    pause = _FIRST_PAUSE
+    while (remaining := deadline - time.monotonic()) > 0:
+        yield min(pause, remaining)
+        pause = min(pause * 2, _MAX_PAUSE)
+
+
+def failure(exc: BaseException, call: Call) -> Exception:
+    """What a failed *call* raises (redis-py's cluster errors are not all RedisErrors)."""
+    if isinstance(exc, RedisError):
+        return call_error(exc, call)
+    return backend_error(exc, call.action, call.name)
+
+
+def _as_result(exc: Exception) -> Exception:
+    """A failure as one result of a batch: NotReplicated as it is, else a LockBackendError."""
+    if isinstance(exc, AmbiguousReply):
+        return backend_error(exc.cause, "renew the locks", None)
+    return exc
+
+
+class NodePicker:
+    """Gives the wake-up hub a pub/sub object on one cluster node at a time.
+
+    The first node is chosen from the process token (so the processes of a
+    deployment spread over the nodes, each always starting on the same one);
+    every later call, which a hub makes after its subscription broke, takes
+    the next node in name order, so a dead node is left behind.
+    """
+
+    def __init__(self, nodes: Callable[[], list[tuple[str, Any]]]) -> None:
+        self._nodes = nodes
+        self._turn = 0
+        #: The name (``host:port``) of the node of the latest subscription.
+        self.node_name: str | None = None
+
+    def pubsub(self) -> Any:
+        """A plain pub/sub object on the next node."""
+        nodes = sorted(self._nodes(), key=lambda item: item[0])
+        start = zlib.crc32(process_token().encode())
+        self.node_name, client = nodes[(start + self._turn) % len(nodes)]
+        self._turn += 1
+        return client.pubsub()
+
+
+class _Cluster(BackendState):
+    """What both cluster backends hold and decide."""
+
+    features = BackendFeatures(cursor="composite")
+
+    def __init__(
+        self,
+        client: Any,
+        keyspace: KeySpace,
+        retention_ms: int,
+        *,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+        retry_window: float = DEFAULT_RETRY_WINDOW,
+    ) -> None:
+        super().__init__(client, keyspace, retention_ms, wait_timeout_ms=wait_timeout_ms)
+        #: How long (seconds) a call retries while its slot migrates or the cluster
+        #: is down; cover your failover time (about 2.5 s with cluster-node-timeout 1000).
+        self.retry_window = retry_window
+        #: The per-node plain clients this backend made itself (asyncio only).
+        self._clients: dict[str, Any] = {}
+        self._picker = NodePicker(
+            lambda: [(n.name, self._node_client(n)) for n in self._known_nodes()]
+        )
+
+    def _node_client(self, node: Any) -> Any:
+        raise NotImplementedError
+
+    def _known_nodes(self) -> list[Any]:
+        """Every node the client knows; its startup nodes before it learnt the cluster
+        (an asyncio client learns it on its first command, maybe after the hub starts)."""
+        nodes = self.client.get_nodes()
+        return list(nodes or self.client.nodes_manager.startup_nodes.values())
+
+    def _node_for(self, key: Any) -> Any:
+        return self.client.get_node_from_key(key)
+
+    def _by_node(self, keys: Sequence[Any]) -> list[tuple[Any, list[int]]]:
+        """The primaries of *keys*, each with the indices of its keys."""
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i, key in enumerate(keys):
+            node = self._node_for(key)
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        return list(groups.values())
+
+    def _primaries(self) -> list[tuple[int, Any]]:
+        """(lowest slot, node) of every primary that serves slots, in slot order."""
+        first: dict[str, tuple[int, Any]] = {}
+        for slot, nodes in sorted(self.client.nodes_manager.slots_cache.items()):
+            if nodes and nodes[0].name not in first:
+                first[nodes[0].name] = (slot, nodes[0])
+        return sorted(first.values(), key=lambda item: item[0])
+
+    def _scan_at(self, cursor: str) -> tuple[list[tuple[int, Any]], int, int]:
+        """Where a listing cursor points: (primaries, index of the one to scan, its cursor).
+
+        A cursor that cannot be read, or names a slot no primary starts at any
+        more (a resharding), starts over at the first primary.
+        """
+        primaries = self._primaries()
+        slot_text, _, node_cursor = cursor.partition(":")
+        for index, (slot, _node) in enumerate(primaries):
+            if slot_text == str(slot) and node_cursor:
+                return primaries, index, server.scan_cursor(node_cursor)
+        return primaries, 0, 0
+
+    @staticmethod
+    def _scan_cursor(primaries: list[tuple[int, Any]], index: int, node_cursor: int) -> str:
+        """The listing cursor after one SCAN step on primary *index*."""
+        if node_cursor:
+            return f"{primaries[index][0]}:{node_cursor}"
+        if index + 1 < len(primaries):
+            return f"{primaries[index + 1][0]}:0"
+        return "0"
+
+    @staticmethod
+    def _merge(size: int, groups: list[tuple[Any, list[int]]], answers: list[Any]) -> list[Any]:
+        """The snapshot replies of each node's group (two per key) back in key order."""
+        replies: list[Any] = [None] * (2 * size)
+        for (_node, indices), node_replies in zip(groups, answers, strict=True):
+            for n, i in enumerate(indices):
+                replies[2 * i : 2 * i + 2] = node_replies[2 * n : 2 * n + 2]
+        return replies
+
+    def _settle_replicated(self, call: Call, results: list[Any], acks: Any) -> Any:
+        """The reply of a call sent with WAIT on its node; a slot error is raised
+        as it is, so that the caller retries."""
+        reply = results[0]
+        if isinstance(reply, Exception) and retryable(reply):
+            raise reply
+        return replicated(call, reply, acks)
+
+    def _batch(self, calls: Sequence[Call], raw: list[Any], acks: Any) -> list[Any]:
+        """One node's batch outcomes; slot errors stay raw (to rerun them)."""
+        settled = server.batch_results(calls, raw, acks)
+        return [
+            r if isinstance(r, Exception) and retryable(r) else s
+            for r, s in zip(raw, settled, strict=True)
+        ]
+
+
+class ClusterBackend(_Cluster):
+    """A blocking backend on a ``redis.cluster.RedisCluster``."""
+
+    def _node_client(self, node: Any) -> Any:
+        """The node's own plain ``redis.Redis`` (one connection pool per node)."""
+        client = self.client.get_redis_connection(node)
+        make_fork_safe(client)
+        return client
+
+    def run(self, call: Call) -> Any:
+        """Run *call* on the node of its keys, retrying within :attr:`retry_window`
+        while its slot moves or the cluster fails over; with ``call.replicas``,
+        ``WAIT`` follows on the same connection of that node."""
+        return self._run(call, retry_pauses(self.retry_window))
+
+    def _run(self, call: Call, pauses: Iterator[float]) -> Any:
+        while True:
+            try:
+                return self._run_once(call)
+            except _ERRORS as exc:
+                pause = next(pauses, None) if retryable(exc) else None
+                if pause is None:
+                    raise failure(exc, call) from exc
+                if isinstance(exc, MovedError):
+                    self.client.nodes_manager.initialize()
+            time.sleep(pause)
+
+    def _run_once(self, call: Call) -> Any:
+        if not call.replicas:
+            return server.evalsha(self.client, call)
+        node_client = self._node_client(self._node_for(call.keys[0]))
+        results, acks = server.pipelined(node_client, [call], self.wait_timeout_ms)
+        return self._settle_replicated(call, results, acks)
+
+    def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Run *calls* in one pipelined round trip per node (loading scripts on
+        NOSCRIPT), each followed by one ``WAIT`` when any of its calls asks for
+        replicas. Calls answered MOVED/ASK/TRYAGAIN are rerun one by one through
+        :meth:`run` (within one retry window for the whole batch). A node that
+        failed gives each of its calls a LockBackendError."""
+        try:
+            groups = self._by_node([call.keys[0] for call in calls])
+        except _ERRORS as exc:
+            raise backend_error(exc, "renew the locks", None) from exc
+        results: list[Any] = [None] * len(calls)
+        for node, indices in groups:
+            batch = [calls[i] for i in indices]
+            try:
+                raw, acks = server.pipelined(self._node_client(node), batch, self.wait_timeout_ms)
+                outcomes = self._batch(batch, raw, acks)
+            except RedisError as exc:
+                outcomes = [backend_error(exc, c.action, c.name) for c in batch]
+            for i, outcome in zip(indices, outcomes, strict=True):
+                results[i] = outcome
+        return self._rerun(calls, results)
+
+    def _rerun(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
+        redo = [i for i, r in enumerate(results) if isinstance(r, _SLOT_ERRORS)]
+        if any(isinstance(results[i], MovedError) for i in redo):
+            try:
+                self.client.nodes_manager.initialize()
+            except _ERRORS:
+                pass  # each rerun finds its way through redirects anyway
+        pauses = retry_pauses(self.retry_window)
+        for i in redo:
+            try:
+                results[i] = self._run(calls[i], pauses)
+            except (AmbiguousReply, LockBackendError, NotReplicated) as exc:
+                results[i] = _as_result(exc)
+        return results
+
+    def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
+        """One SCAN step on one primary; the cursor moves on to the next primary when
+        that one is done, and is "0" after the last."""
+        try:
+            primaries, index, start = self._scan_at(cursor)
+        except _ERRORS as exc:
+            raise backend_error(exc, "list the locks", None) from exc
+        node_client = self._node_client(primaries[index][1])
+        next_cursor, keys = server.scan(node_client, pattern, start, count)
+        return self._scan_cursor(primaries, index, next_cursor), keys
+
+    def load(self, keys: Sequence[str]) -> list[LockInfo]:
+        """Snapshot the locks at *keys*: one pipelined round trip per node (once more
+        after a resharding moved some of them)."""
+        if not keys:
+            return []
+        for attempt in range(2):
+            try:
+                replies = self._read_snapshots(keys)
+            except _ERRORS as exc:
+                raise backend_error(exc, "read the locks", None) from exc
+            if attempt or not any(isinstance(r, Exception) and retryable(r) for r in replies):
+                break
+            self.client.nodes_manager.initialize()
+        return server.snapshots(self.keyspace, keys, replies)
+
+    def _read_snapshots(self, keys: Sequence[str]) -> list[Any]:
+        groups = self._by_node(keys)
+        answers = []
+        for node, indices in groups:
+            pipe = self._node_client(node).pipeline(transaction=False)
+            server.queue_snapshot_reads(pipe, [keys[i] for i in indices])
+            answers.append(pipe.execute(raise_on_error=False))
+        return self._merge(len(keys), groups, answers)
+
+    def server_config(self, pattern: str) -> dict[str, str]:
+        """``CONFIG GET pattern`` of the first primary (in slot order); the primaries
+        of a cluster are expected to share their configuration."""
+        try:
+            primaries = self._primaries()
+        except _ERRORS as exc:
+            raise backend_error(exc, "read the server's configuration", None) from exc
+        return server.config(self._node_client(primaries[0][1]), pattern)
+
+    def connected_replicas(self) -> int:
+        """The fewest replicas any primary reports connected."""
+        return min(
+            server.connected_replicas(self._node_client(node)) for _, node in self._primaries()
+        )
+
+    def hub(self) -> WakeHub:
+        """This process's wake-up hub, subscribed on one node (see :class:`NodePicker`)."""
+        return hub_for(self._picker, self.keyspace.wake_prefix)
+
+    @property
+    def hub_node(self) -> str | None:
+        """The node (``host:port``) the hub subscribed on last, if it did."""
+        return self._picker.node_name
+
+
+class AsyncClusterBackend(AsyncBackendState, _Cluster):
+    """An asyncio backend on a ``redis.asyncio.cluster.RedisCluster`` (one event loop)."""
+
+    def _node_client(self, node: Any) -> Any:
+        """A plain ``redis.asyncio.Redis`` on *node* (made once per node; the asyncio
+        cluster client has no per-node client of its own)."""
+        import redis.asyncio
+
+        client = self._clients.get(node.name)
+        if client is None:
+            pool = redis.asyncio.ConnectionPool(
+                connection_class=node.connection_class, **node.connection_kwargs
+            )
+            client = self._clients[node.name] = redis.asyncio.Redis.from_pool(pool)
+        return client
+
+    async def _ready(self) -> None:
+        """Learn the cluster's slots (once; later calls return at once)."""
+        await self.client.initialize()
+
+    async def run(self, call: Call) -> Any:
+        """:meth:`ClusterBackend.run`, awaitable."""
+        pauses = retry_pauses(self.retry_window)
+        while True:
+            try:
+                return await self._run_once(call)
+            except _ERRORS as exc:
+                pause = next(pauses, None) if retryable(exc) else None
+                if pause is None:
+                    raise failure(exc, call) from exc
+                if isinstance(exc, MovedError):
+                    await self.client.nodes_manager.initialize()
+            await asyncio.sleep(pause)
+
+    async def _run_once(self, call: Call) -> Any:
+        if not call.replicas:
+            return await server.aevalsha(self.client, call)
+        await self._ready()
+        node_client = self._node_client(self._node_for(call.keys[0]))
+        results, acks = await server.apipelined(node_client, [call], self.wait_timeout_ms)
+        return self._settle_replicated(call, results, acks)
+
+    async def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
+        """:meth:`ClusterBackend.scan_page`, awaitable."""
+        try:
+            await self._ready()
+            primaries, index, start = self._scan_at(cursor)
+        except _ERRORS as exc:
+            raise backend_error(exc, "list the locks", None) from exc
+        node_client = self._node_client(primaries[index][1])
+        next_cursor, keys = await server.ascan(node_client, pattern, start, count)
+        return self._scan_cursor(primaries, index, next_cursor), keys
+
+    async def load(self, keys: Sequence[str]) -> list[LockInfo]:
+        """Snapshot the locks at *keys*: the nodes are read concurrently, one
+        pipelined round trip each (once more after a resharding moved some)."""
+        if not keys:
+            return []
+        for attempt in range(2):
+            try:
+                await self._ready()
+                replies = await self._read_snapshots(keys)
+            except _ERRORS as exc:
+                raise backend_error(exc, "read the locks", None) from exc
+            if attempt or not any(isinstance(r, Exception) and retryable(r) for r in replies):
+                break
+            await self.client.nodes_manager.initialize()
+        return server.snapshots(self.keyspace, keys, replies)
+
+    async def _read_snapshots(self, keys: Sequence[str]) -> list[Any]:
+        groups = self._by_node(keys)
+
+        async def read(node: Any, indices: list[int]) -> list[Any]:
+            pipe = self._node_client(node).pipeline(transaction=False)
+            server.queue_snapshot_reads(pipe, [keys[i] for i in indices])
+            return list(await pipe.execute(raise_on_error=False))
+
+        answers = await asyncio.gather(*(read(node, indices) for node, indices in groups))
+        return self._merge(len(keys), groups, list(answers))
+
+    def _subscriber(self) -> Any:
+        """The hub subscribes on one node at a time (see :class:`NodePicker`)."""
+        return self._picker
+
+    def _closables(self) -> list[Any]:
+        """The per-node clients, then the cluster client."""
+        clients, self._clients = [*self._clients.values(), self.client], {}
+        return clients

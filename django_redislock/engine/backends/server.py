@@ -1,0 +1,191 @@
+"""What the backends send to one Redis server, and how they read the answers.
+
+Shared by the single-master backends and the cluster backend (which uses them on
+each node's own connection): running a script with EVALSHA (loading it on
+NOSCRIPT), a pipelined batch of scripts with an optional ``WAIT`` on the same
+connection, snapshot reads (``HGETALL`` + ``PTTL``), SCAN cursors, ``CONFIG GET``
+and ``INFO replication``. Each function raises redis-py's own errors; the
+backends map them (``base.call_error``, ``base.backend_error``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from ..calls import Call
+from ..info import LockInfo
+from ..keys import KeySpace
+from ..scripts import Script
+from .base import backend_error, batch_wait, replicated_results
+
+
+def evalsha(client: Any, call: Call) -> Any:
+    """Run *call* with EVALSHA on *client*, loading its script once on NOSCRIPT."""
+    script = call.script
+    try:
+        return client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+    except NoScriptError:
+        client.script_load(script.source)
+        return client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+
+
+async def aevalsha(client: Any, call: Call) -> Any:
+    """:func:`evalsha` on a ``redis.asyncio`` client."""
+    script = call.script
+    try:
+        return await client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+    except NoScriptError:
+        await client.script_load(script.source)
+        return await client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+
+
+def _queue(pipe: Any, calls: Sequence[Call], wait: int, wait_timeout_ms: int) -> None:
+    for call in calls:
+        pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+    if wait:
+        pipe.execute_command("WAIT", wait, wait_timeout_ms)
+
+
+def _split(results: list[Any], wait: int) -> tuple[list[Any], Any]:
+    return (results[:-1], results[-1]) if wait else (results, None)
+
+
+def pipelined(client: Any, calls: Sequence[Call], wait_timeout_ms: int) -> tuple[list[Any], Any]:
+    """Run *calls* in one round trip on one connection of the plain client *client*.
+
+    When any call asks for replicas, one ``WAIT <most asked> <wait_timeout_ms>``
+    follows on the same connection (WAIT counts only that connection's writes).
+    Scripts the server did not know are loaded and the batch is sent once more.
+    Returns each call's raw reply (an exception object for a failed one) and
+    WAIT's reply (None without WAIT); raises RedisError if the round trip failed.
+    """
+    wait = batch_wait(calls)
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        _queue(pipe, calls, wait, wait_timeout_ms)
+        results = pipe.execute(raise_on_error=False)
+        missing = missing_scripts(calls, results)
+        if not missing or attempt:
+            break
+        for script in missing:
+            client.script_load(script.source)
+    return _split(results, wait)
+
+
+async def apipelined(
+    client: Any, calls: Sequence[Call], wait_timeout_ms: int
+) -> tuple[list[Any], Any]:
+    """:func:`pipelined` on a ``redis.asyncio`` client."""
+    wait = batch_wait(calls)
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        _queue(pipe, calls, wait, wait_timeout_ms)
+        results = await pipe.execute(raise_on_error=False)
+        missing = missing_scripts(calls, results)
+        if not missing or attempt:
+            break
+        for script in missing:
+            await client.script_load(script.source)
+    return _split(results, wait)
+
+
+def batch_results(calls: Sequence[Call], results: list[Any], acks: Any) -> list[Any]:
+    """The outcome of each call of a pipelined batch: its reply, a LockBackendError for
+    a failed one, or a NotReplicated when WAIT (*acks*, None without) came short."""
+    results = [
+        backend_error(r, c.action, c.name) if isinstance(r, Exception) else r
+        for c, r in zip(calls, results, strict=True)
+    ]
+    return replicated_results(calls, results, acks) if acks is not None else results
+
+
+def missing_scripts(calls: Sequence[Call], results: list[Any]) -> list[Script]:
+    """The scripts of *calls* the server did not know (NOSCRIPT), once each."""
+    missing = {
+        c.script.sha: c.script
+        for c, r in zip(calls, results[: len(calls)], strict=True)
+        if isinstance(r, NoScriptError)
+    }
+    return list(missing.values())
+
+
+def queue_snapshot_reads(pipe: Any, keys: Sequence[Any]) -> None:
+    """Queue ``HGETALL`` and ``PTTL`` of each of *keys* on *pipe* (see :func:`snapshots`)."""
+    for key in keys:
+        pipe.hgetall(key)
+        pipe.pttl(key)
+
+
+def snapshots(keyspace: KeySpace, keys: Sequence[Any], replies: list[Any]) -> list[LockInfo]:
+    """The locks among *keys* that exist, from the replies of :func:`queue_snapshot_reads`.
+
+    A key that is not a hash (another tool's key) reads as no lock; any other
+    error raises LockBackendError.
+    """
+    infos: list[LockInfo] = []
+    for i, raw_key in enumerate(keys):
+        fields, pttl = replies[2 * i], replies[2 * i + 1]
+        if isinstance(pttl, Exception):
+            raise backend_error(pttl, "read the locks", None)
+        if isinstance(fields, ResponseError) and "WRONGTYPE" in str(fields):
+            fields = None  # not a hash: another tool's key
+        elif isinstance(fields, Exception):
+            raise backend_error(fields, "read the locks", None)
+        key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else raw_key
+        name = keyspace.name_from_key(key)
+        if name is not None and int(pttl) != -2:
+            infos.append(LockInfo.from_redis(name, key, fields, int(pttl)))
+    return infos
+
+
+def scan_cursor(text: str) -> int:
+    """A SCAN cursor from its text; one that is not an unsigned 64-bit number starts over."""
+    try:
+        value = int(text)
+    except ValueError:
+        return 0
+    return value if 0 <= value < 2**64 else 0
+
+
+def scan(client: Any, pattern: str, cursor: int, count: int) -> tuple[int, list[Any]]:
+    """One SCAN step on *client* (raises LockBackendError)."""
+    try:
+        next_cursor, keys = client.scan(cursor, match=pattern, count=count)
+    except RedisError as exc:
+        raise backend_error(exc, "list the locks", None) from exc
+    return int(next_cursor), list(keys)
+
+
+async def ascan(client: Any, pattern: str, cursor: int, count: int) -> tuple[int, list[Any]]:
+    """:func:`scan` on a ``redis.asyncio`` client."""
+    try:
+        next_cursor, keys = await client.scan(cursor, match=pattern, count=count)
+    except RedisError as exc:
+        raise backend_error(exc, "list the locks", None) from exc
+    return int(next_cursor), list(keys)
+
+
+def config(client: Any, pattern: str) -> dict[str, str]:
+    """``CONFIG GET pattern`` of *client*'s server as text (raises LockBackendError)."""
+    try:
+        reply = client.config_get(pattern)
+    except RedisError as exc:
+        raise backend_error(exc, "read the server's configuration", None) from exc
+    return {text(k): text(v) for k, v in reply.items()}
+
+
+def connected_replicas(client: Any) -> int:
+    """How many replicas *client*'s server reports connected (``INFO replication``)."""
+    try:
+        info = client.info("replication")
+    except RedisError as exc:
+        raise backend_error(exc, "read the replication state", None) from exc
+    return int(info.get("connected_slaves", 0))
+
+
+def text(value: Any) -> str:
+    """*value* as text (redis-py answers bytes unless ``decode_responses``)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
