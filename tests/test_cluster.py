@@ -118,7 +118,7 @@ def test_hand_off_between_threads_on_every_primary(manager: LockManager, prefix:
         holder.acquire()
         got: list[int | None] = []
 
-        def wait(name: str = name) -> None:
+        def wait(name: str = name, got: list[int | None] = got) -> None:
             waiter = manager.lock(name)
             if waiter.acquire(timeout=10):
                 got.append(waiter.fencing_token)
@@ -213,7 +213,8 @@ def test_async_lock_hand_off_listing_and_force_release(
             token, _woken = await task
             assert token > holder_token  # type: ignore[operator]
             assert [i.name async for i in manager.aactive(name)] == [name]
-            cursor, page = await manager.ascan_page("0", count=1000, pattern=_pattern(manager, name))
+            pattern = _pattern(manager, name)
+            cursor, page = await manager.ascan_page("0", count=1000, pattern=pattern)
             assert cursor != "0" or [i.name for i in page] == [name]
             assert await manager.aforce_release(name)
             assert await manager.aget(name) is None
