@@ -37,10 +37,12 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     ClusterError,
+    ConnectionError,
     MovedError,
     RedisClusterException,
     RedisError,
     SlotNotCoveredError,
+    TimeoutError,
     TryAgainError,
 )
 
@@ -70,6 +72,13 @@ _SLOT_ERRORS = (AskError, TryAgainError)  # MovedError is an AskError
 _RETRYABLE = (*_SLOT_ERRORS, ClusterDownError, SlotNotCoveredError)
 #: What a cluster client raises (its own RedisClusterException is no RedisError).
 _ERRORS = (RedisError, RedisClusterException)
+#: After these, the client's slot map may be out of date (a resharding, a failover).
+_STALE_MAP = (MovedError, ConnectionError, TimeoutError)
+
+
+def _stale_cause(result: Any) -> bool:
+    """Whether a batch result failed with an error after which the slot map may be stale."""
+    return isinstance(result, LockBackendError) and isinstance(result.__cause__, _STALE_MAP)
 
 
 def retryable(exc: BaseException) -> bool:
@@ -247,11 +256,18 @@ class ClusterBackend(_Cluster):
                 return self._run_once(call)
             except _ERRORS as exc:
                 pause = next(pauses, None) if retryable(exc) else None
+                if isinstance(exc, _STALE_MAP):
+                    self._refresh()
                 if pause is None:
                     raise failure(exc, call) from exc
-                if isinstance(exc, MovedError):
-                    self.client.nodes_manager.initialize()
             time.sleep(pause)
+
+    def _refresh(self) -> None:
+        """Learn the slot map again (best effort: a failing cluster may not answer)."""
+        try:
+            self.client.nodes_manager.initialize()
+        except _ERRORS:
+            pass
 
     def _run_once(self, call: Call) -> Any:
         if not call.replicas:
@@ -276,7 +292,7 @@ class ClusterBackend(_Cluster):
             try:
                 raw, acks = server.pipelined(self._node_client(node), batch, self.wait_timeout_ms)
                 outcomes = self._batch(batch, raw, acks)
-            except RedisError as exc:
+            except RedisError as exc:  # the node failed (or failed over): each call did
                 outcomes = [backend_error(exc, c.action, c.name) for c in batch]
             for i, outcome in zip(indices, outcomes, strict=True):
                 results[i] = outcome
@@ -284,11 +300,8 @@ class ClusterBackend(_Cluster):
 
     def _rerun(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
         redo = [i for i, r in enumerate(results) if isinstance(r, _SLOT_ERRORS)]
-        if any(isinstance(results[i], MovedError) for i in redo):
-            try:
-                self.client.nodes_manager.initialize()
-            except _ERRORS:
-                pass  # each rerun finds its way through redirects anyway
+        if any(isinstance(r, MovedError) or _stale_cause(r) for r in results):
+            self._refresh()  # for the reruns, and for the next batch
         pauses = retry_pauses(self.retry_window)
         for i in redo:
             try:
@@ -320,7 +333,7 @@ class ClusterBackend(_Cluster):
                 raise backend_error(exc, "read the locks", None) from exc
             if attempt or not any(isinstance(r, Exception) and retryable(r) for r in replies):
                 break
-            self.client.nodes_manager.initialize()
+            self._refresh()
         return server.snapshots(self.keyspace, keys, replies)
 
     def _read_snapshots(self, keys: Sequence[str]) -> list[Any]:
@@ -385,10 +398,13 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
                 return await self._run_once(call)
             except _ERRORS as exc:
                 pause = next(pauses, None) if retryable(exc) else None
+                if isinstance(exc, _STALE_MAP):
+                    try:
+                        await self.client.nodes_manager.initialize()
+                    except _ERRORS:
+                        pass  # a failing cluster may not answer: learn it next time
                 if pause is None:
                     raise failure(exc, call) from exc
-                if isinstance(exc, MovedError):
-                    await self.client.nodes_manager.initialize()
             await asyncio.sleep(pause)
 
     async def _run_once(self, call: Call) -> Any:
