@@ -251,10 +251,12 @@ class ClusterBackend(_Cluster):
         return self._run(call, retry_pauses(self.retry_window))
 
     def _run(self, call: Call, pauses: Iterator[float]) -> Any:
+        routed = False
         while True:
             try:
-                return self._run_once(call)
+                return self._run_once(call, routed)
             except _ERRORS as exc:
+                routed = True
                 pause = next(pauses, None) if retryable(exc) else None
                 if isinstance(exc, _STALE_MAP):
                     self._refresh()
@@ -269,10 +271,14 @@ class ClusterBackend(_Cluster):
         except _ERRORS:
             pass
 
-    def _run_once(self, call: Call) -> Any:
-        if not call.replicas:
+    def _run_once(self, call: Call, routed: bool) -> Any:
+        """One attempt: straight to the node of the call's slot (as the client last
+        learnt it), or, *routed*, through RedisCluster, which follows redirects."""
+        if routed and not call.replicas:
             return server.evalsha(self.client, call)
         node_client = self._node_client(self._node_for(call.keys[0]))
+        if not call.replicas:
+            return server.evalsha(node_client, call)
         results, acks = server.pipelined(node_client, [call], self.wait_timeout_ms)
         return self._settle_replicated(call, results, acks)
 
@@ -393,10 +399,12 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
     async def run(self, call: Call) -> Any:
         """:meth:`ClusterBackend.run`, awaitable."""
         pauses = retry_pauses(self.retry_window)
+        routed = False
         while True:
             try:
-                return await self._run_once(call)
+                return await self._run_once(call, routed)
             except _ERRORS as exc:
+                routed = True
                 pause = next(pauses, None) if retryable(exc) else None
                 if isinstance(exc, _STALE_MAP):
                     try:
@@ -407,11 +415,14 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
                     raise failure(exc, call) from exc
             await asyncio.sleep(pause)
 
-    async def _run_once(self, call: Call) -> Any:
-        if not call.replicas:
+    async def _run_once(self, call: Call, routed: bool) -> Any:
+        """:meth:`ClusterBackend._run_once`, awaitable."""
+        if routed and not call.replicas:
             return await server.aevalsha(self.client, call)
         await self._ready()
         node_client = self._node_client(self._node_for(call.keys[0]))
+        if not call.replicas:
+            return await server.aevalsha(node_client, call)
         results, acks = await server.apipelined(node_client, [call], self.wait_timeout_ms)
         return self._settle_replicated(call, results, acks)
 

@@ -1,0 +1,212 @@
+#!/usr/bin/env python
+"""Locks on Redis Cluster against one Redis, on throw-away loopback servers.
+
+Three measurements in one run (a 3 primary + 3 replica cluster and one plain
+redis-server, all started here):
+
+1. ``uncontended``: acquire + release of a free lock, per operation, on one Redis
+   and on the cluster, interleaved (the targets alternate every operation; the
+   cluster names are spread over the three primaries). Target: cluster within 1.2x.
+2. ``handoff``: a waiting thread is handed the lock by the release; the time from
+   ``release()`` being called to the waiter's ``acquire()`` returning, on the
+   cluster, with the waiter's wake-up hub on another node than the lock.
+3. ``renewal``: one watchdog round for 10,000 held locks over the three primaries:
+   the real backend's ``run_many`` with the renewal calls the watchdog builds
+   (one plain pipeline per node). Target: well under a second.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_cluster.py            # ~1 min
+    .venv/bin/python benchmarks/bench_cluster.py --quick    # ~20 s
+
+Results: a table on stdout and JSON in ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import django  # noqa: E402
+import redis  # noqa: E402
+from django.conf import settings  # noqa: E402
+
+settings.configure(USE_TZ=True, INSTALLED_APPS=[])
+django.setup()
+
+from django_redislock import LockManager  # noqa: E402
+from django_redislock.engine.calls import Call  # noqa: E402
+from django_redislock.engine.scripts import renew_script  # noqa: E402
+from tests.redis_cluster import Cluster  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The *q*-th percentile (0-100) of *values*, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def summary(samples: list[float]) -> dict[str, Any]:
+    """p50/p99 in ms of *samples* (ms)."""
+    return {
+        "p50_ms": round(statistics.median(samples), 4),
+        "p99_ms": round(percentile(samples, 99), 4),
+        "n": len(samples),
+    }
+
+
+def spread_names(manager: LockManager, prefix: str, per_node: int) -> list[str]:
+    """Names under *prefix*, *per_node* on each primary, interleaved by node."""
+    backend = manager.backend()
+    by_node: dict[str, list[str]] = {}
+    i = 0
+    while len(by_node) < 3 or min(len(v) for v in by_node.values()) < per_node:
+        name = f"{prefix}{i}"
+        node = backend.client.get_node_from_key(backend.keyspace.keys(name).lock).name
+        by_node.setdefault(node, []).append(name)
+        i += 1
+    columns = [names[:per_node] for names in by_node.values()]
+    return [name for row in zip(*columns, strict=True) for name in row]
+
+
+def uncontended(single: LockManager, cluster: LockManager, rounds: int) -> dict[str, Any]:
+    """Acquire+release of a free lock, one Redis against the cluster, interleaved."""
+    locks = {
+        "single": [single.lock(f"bench:u{i}", auto_renew=False) for i in range(3)],
+        "cluster": [cluster.lock(n, auto_renew=False) for n in spread_names(cluster, "bench:u", 1)],
+    }
+    samples: dict[str, list[float]] = {"single": [], "cluster": []}
+    for target in locks.values():  # warm up: scripts loaded, connections made
+        for _ in range(300):
+            for lock in target:
+                lock.acquire()
+                lock.release()
+    for i in range(rounds):
+        for target in (("single", "cluster") if i % 2 else ("cluster", "single")):
+            lock = locks[target][i % 3]
+            started = time.perf_counter()
+            lock.acquire()
+            lock.release()
+            samples[target].append((time.perf_counter() - started) * 1000)
+    out = {target: summary(values) for target, values in samples.items()}
+    out["ratio_p50"] = round(out["cluster"]["p50_ms"] / out["single"]["p50_ms"], 3)
+    return out
+
+
+def handoff(cluster: LockManager, rounds: int) -> dict[str, Any]:
+    """Release → the waiting thread's acquire returns, across nodes."""
+    backend = cluster.backend()
+    backend.hub().wait_ready()
+    hub_node = backend.hub_node
+    name = next(
+        n
+        for n in spread_names(cluster, "bench:h", 1)
+        if backend.client.get_node_from_key(backend.keyspace.keys(n).lock).name != hub_node
+    )
+    queue_key = backend.keyspace.keys(name).queue
+    samples: list[float] = []
+    holder = cluster.lock(name, auto_renew=False)
+    for _ in range(rounds):
+        holder.acquire()
+        acquired_at: list[float] = []
+
+        def wait(acquired_at: list[float] = acquired_at) -> None:
+            waiter = cluster.lock(name, auto_renew=False)
+            waiter.acquire(timeout=10)
+            acquired_at.append(time.perf_counter())
+            waiter.release()
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        deadline = time.monotonic() + 5
+        while not backend.client.exists(queue_key) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        released = time.perf_counter()
+        holder.release()
+        thread.join(10)
+        samples.append((acquired_at[0] - released) * 1000)
+    return {**summary(samples), "hub_node_differs_from_lock_node": True}
+
+
+def renewal(cluster: LockManager, count: int) -> dict[str, Any]:
+    """One renewal round of *count* held locks over the primaries (the watchdog's run_many)."""
+    backend = cluster.backend()
+    held = [cluster.lock(f"bench:r{i}", ttl=120, auto_renew=False) for i in range(count)]
+    for lock in held:
+        lock.acquire(blocking=False)
+    calls = [
+        Call(
+            renew_script,
+            (backend.keyspace.keys(lock.name).lock,),
+            (lock.owner, 120_000),
+            "renew the lock",
+            lock.name,
+        )
+        for lock in held
+    ]
+    backend.run_many(calls[:100])  # warm up
+    rounds = []
+    for _ in range(3):
+        started = time.perf_counter()
+        results = backend.run_many(calls)
+        rounds.append((time.perf_counter() - started) * 1000)
+        assert results == [1] * count, "a renewal failed"
+    nodes = {backend.client.get_node_from_key(c.keys[0]).name for c in calls}
+    for lock in held:
+        lock.release()
+    return {"locks": count, "primaries": len(nodes), "rounds_ms": [round(r, 1) for r in rounds]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    args = parser.parse_args()
+    rounds, handoffs = (3000, 100) if args.quick else (20000, 400)
+    started = time.time()
+    cluster_servers = Cluster()
+    single_server = RedisServer()
+    try:
+        single = LockManager(client=redis.Redis(port=single_server.port, socket_timeout=5))
+        cluster = LockManager(client=cluster_servers.client())
+        result = {
+            "machine": {
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "redis_py": redis.__version__,
+            },
+            "uncontended": uncontended(single, cluster, rounds),
+            "handoff_cluster": handoff(cluster, handoffs),
+            "renewal_round": renewal(cluster, 10_000),
+        }
+    finally:
+        cluster_servers.stop()
+        single_server.stop()
+    u = result["uncontended"]
+    print("uncontended acquire+release:")
+    for target in ("single", "cluster"):
+        print(f"  {target:8} p50 {u[target]['p50_ms']:.3f} ms  p99 {u[target]['p99_ms']:.3f} ms")
+    print(f"  cluster/single p50: {u['ratio_p50']}x")
+    h = result["handoff_cluster"]
+    print(f"hand-off across nodes: p50 {h['p50_ms']:.3f} ms  p99 {h['p99_ms']:.3f} ms")
+    r = result["renewal_round"]
+    print(f"renewal of {r['locks']} locks over {r['primaries']} primaries: {r['rounds_ms']} ms")
+    out = ROOT / "benchmarks" / "results" / f"cluster-{time.strftime('%Y-%m-%d')}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"({time.time() - started:.0f} s; written to {out.relative_to(ROOT)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
