@@ -1,5 +1,6 @@
 """The same lock behaviour on every engine: one Redis, Sentinel with a replica the
-grants wait for, Redis Cluster, Redlock over independent masters.
+grants wait for, Redis Cluster (3 primaries + 3 replicas), Redlock over
+independent masters.
 
 Each engine is started for real by its fixture (module scope, so once per run);
 the tests take a ``LockManager`` on it and check what must hold everywhere. What
@@ -40,10 +41,23 @@ def _sentinel() -> Iterator[LockManager]:
         setup.stop()
 
 
+def _cluster() -> Iterator[LockManager]:
+    from tests.redis_cluster import shared_cluster
+
+    yield LockManager(client=shared_cluster().client())
+
+
+def _cluster_wait() -> Iterator[LockManager]:
+    with override_settings(REDISLOCK_WAIT_REPLICAS=1):  # each shard's replica confirms
+        yield from _cluster()
+
+
 #: Engine name -> a generator of one LockManager on it (set-up before, tear-down after).
 ENGINES: dict[str, Callable[[], Iterator[LockManager]]] = {
     "single": _plain,
     "sentinel-wait1": _sentinel,
+    "cluster": _cluster,
+    "cluster-wait1": _cluster_wait,
 }
 
 
