@@ -23,6 +23,7 @@ from django_redislock import LockManager, signals
 from django_redislock.engine.backends.cluster import AsyncClusterBackend, ClusterBackend
 from django_redislock.engine.calls import Call, NotReplicated
 from django_redislock.engine.scripts import renew_script
+from django_redislock.exceptions import LockBackendError
 from tests.redis_cluster import Cluster, RedisServer, shared_cluster
 from tests.replication import wait_until
 
@@ -55,32 +56,15 @@ def test_calls_retry_through_a_slot_migration_and_never_grant_twice(
     cluster: Cluster, manager: LockManager
 ) -> None:
     name = f"reshard:{uuid.uuid4().hex[:8]}"
-    slot = _slot_of(manager, name)
-    source = cluster.server_for_slot(slot)
-    target = next(
-        s for s in cluster.primaries if s is not source and s.process.poll() is None
-    )
-    keys = manager.backend().keyspace.keys(name)
     holder = manager.lock(name, auto_renew=False)
     assert holder.acquire(blocking=False)
     token = holder.fencing_token
-    src, dst = cluster.node(source), cluster.node(target)
-    src_id, dst_id = src.execute_command("CLUSTER MYID"), dst.execute_command("CLUSTER MYID")
-    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
-    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
-    # Only the lock hash moves: the 4-key scripts now get TRYAGAIN (the fence hash
-    # is still on the source), the 1-key renewal is sent on with ASK.
-    src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", keys.lock)
+    slot, target, finish_now = _migrate_the_lock_hash_only(cluster, manager, name)
     assert manager.backend().run_many([_renew(holder)]) == [1]
 
     def finish() -> None:
         time.sleep(0.5)  # the calls below retry meanwhile
-        rest = src.execute_command("CLUSTER GETKEYSINSLOT", slot, 100)
-        if rest:
-            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *rest)
-        for server in [target, source, *cluster.primaries]:
-            if server.process.poll() is None:
-                cluster.node(server).execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+        finish_now()
 
     finisher = threading.Thread(target=finish)
     finisher.start()
@@ -106,6 +90,55 @@ def test_calls_retry_through_a_slot_migration_and_never_grant_twice(
         assert info is None
     assert cluster.server_for_slot(slot) is target
     assert manager.backend().run_many([_renew(holder)]) == [0]  # MOVED followed, not owned
+
+
+def _migrate_the_lock_hash_only(
+    cluster: Cluster, manager: LockManager, name: str
+) -> tuple[int, RedisServer, Any]:
+    """Start moving *name*'s slot to another primary and move only its lock hash:
+    the 4-key scripts then get TRYAGAIN (the fence hash is still on the source), the
+    1-key renewal is sent on with ASK. Returns (slot, target, a function finishing
+    the migration)."""
+    slot = _slot_of(manager, name)
+    source = cluster.server_for_slot(slot)
+    target = next(
+        s for s in cluster.primaries if s is not source and s.process.poll() is None
+    )
+    keys = manager.backend().keyspace.keys(name)
+    src, dst = cluster.node(source), cluster.node(target)
+    src_id, dst_id = src.execute_command("CLUSTER MYID"), dst.execute_command("CLUSTER MYID")
+    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+    src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", keys.lock)
+
+    def finish() -> None:
+        rest = src.execute_command("CLUSTER GETKEYSINSLOT", slot, 100)
+        if rest:
+            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *rest)
+        for server in [target, source, *cluster.primaries]:
+            if server.process.poll() is None:
+                cluster.node(server).execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+
+    return slot, target, finish
+
+
+def test_an_acquire_stops_retrying_a_migrating_slot_at_its_timeout(
+    cluster: Cluster, manager: LockManager
+) -> None:
+    name = f"reshard:{uuid.uuid4().hex[:8]}"
+    holder = manager.lock(name, auto_renew=False)
+    assert holder.acquire(blocking=False)
+    _slot, _target, finish = _migrate_the_lock_hash_only(cluster, manager, name)
+    try:
+        other = manager.lock(name, owner="other", auto_renew=False)
+        started = time.monotonic()
+        with pytest.raises(LockBackendError, match="TRYAGAIN|TTL exhausted"):
+            other.acquire(timeout=0.3)
+        # The caller's timeout, not the backend's 5 s window, bounded the retries.
+        assert time.monotonic() - started < 2.0
+    finally:
+        finish()
+    assert holder.release() == 0
 
 
 # --- C4: replica acknowledgements ----------------------------------------------------

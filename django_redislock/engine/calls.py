@@ -54,6 +54,10 @@ class Call(NamedTuple):
     #: How many replicas must acknowledge the call's writes (``WAIT``) before it
     #: counts; 0: do not wait. A backend that got fewer raises :class:`NotReplicated`.
     replicas: int = 0
+    #: When the caller stops waiting (``time.monotonic()``), or None: a backend that
+    #: retries transient errors (a migrating slot, a failover) retries until then,
+    #: else within its own bounded window.
+    deadline: float | None = None
 
     @property
     def call(self) -> Call:

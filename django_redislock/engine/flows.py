@@ -110,6 +110,7 @@ class AcquireOp:
     __slots__ = (
         "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name", "known",
         "blocking", "timeout", "claim_inline", "on_contended", "clock", "jitter", "replicas",
+        "deadline",
     )  # fmt: skip
 
     def __init__(
@@ -156,6 +157,9 @@ class AcquireOp:
         self.replicas = replicas
         if replicas:
             self.claim_inline = True
+        #: When a blocking acquire gives up (set by the flow; None: no limit). Its
+        #: acquire calls carry it, so backend retries stop there too.
+        self.deadline: float | None = None
 
     def call(self, channel: bytes) -> Call:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
@@ -164,7 +168,13 @@ class AcquireOp:
             self.retention_arg, channel, self.known,
         )  # fmt: skip
         return Call(
-            acquire_script, self.keys, args, "acquire the lock", self.name, self.replicas
+            acquire_script,
+            self.keys,
+            args,
+            "acquire the lock",
+            self.name,
+            self.replicas,
+            self.deadline,
         )
 
     def claim_call(self) -> Call:
@@ -254,7 +264,7 @@ def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
         if not attempt.held and op.on_contended is not None:
             op.on_contended(attempt.value)
         return attempt
-    deadline = None if op.timeout is None else op.clock() + op.timeout
+    deadline = op.deadline = None if op.timeout is None else op.clock() + op.timeout
     ready, channel = yield HUB_READY
     attempt, failed = yield from _ask(op, op.call(channel))
     if attempt.held:

@@ -12,8 +12,9 @@ one slot and runs unchanged on a cluster. What differs from one Redis:
   is about 15x slower).
 * **Retries.** ``TRYAGAIN`` (a multi-key script while its slot migrates),
   ``CLUSTERDOWN`` (a failover), redis-py's "TTL exhausted" after many redirects
-  and redirects that reach us are retried with a 10→100 ms backoff for up to
-  :attr:`retry_window` seconds (default 5: a failover with
+  and redirects that reach us are retried with a 10→100 ms backoff until the
+  caller's deadline (``Call.deadline``: a blocking acquire's timeout), else for
+  up to :attr:`retry_window` seconds (default 5: a failover with
   ``cluster-node-timeout 1000`` took 2.4–2.5 s here). The scripts' nonces make
   a repeat harmless. A lost connection or a timeout is an ``AmbiguousReply``,
   which the flows resend once with the same nonce.
@@ -88,9 +89,11 @@ def retryable(exc: BaseException) -> bool:
     )
 
 
-def retry_pauses(window: float) -> Iterator[float]:
-    """Pauses of 10 ms doubling up to 100 ms, for as long as *window* seconds last."""
-    deadline = time.monotonic() + window
+def retry_pauses(window: float, deadline: float | None = None) -> Iterator[float]:
+    """Pauses of 10 ms doubling up to 100 ms, until *deadline* (``time.monotonic()``)
+    or, without one, for as long as *window* seconds last."""
+    if deadline is None:
+        deadline = time.monotonic() + window
     pause = _FIRST_PAUSE
     while (remaining := deadline - time.monotonic()) > 0:
         yield min(pause, remaining)
@@ -245,10 +248,10 @@ class ClusterBackend(_Cluster):
         return client
 
     def run(self, call: Call) -> Any:
-        """Run *call* on the node of its keys, retrying within :attr:`retry_window`
-        while its slot moves or the cluster fails over; with ``call.replicas``,
-        ``WAIT`` follows on the same connection of that node."""
-        return self._run(call, retry_pauses(self.retry_window))
+        """Run *call* on the node of its keys, retrying until ``call.deadline`` (else
+        within :attr:`retry_window`) while its slot moves or the cluster fails over;
+        with ``call.replicas``, ``WAIT`` follows on the same connection of that node."""
+        return self._run(call, retry_pauses(self.retry_window, call.deadline))
 
     def _run(self, call: Call, pauses: Iterator[float]) -> Any:
         routed = False
@@ -398,7 +401,7 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
 
     async def run(self, call: Call) -> Any:
         """:meth:`ClusterBackend.run`, awaitable."""
-        pauses = retry_pauses(self.retry_window)
+        pauses = retry_pauses(self.retry_window, call.deadline)
         routed = False
         while True:
             try:
