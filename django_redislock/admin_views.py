@@ -30,6 +30,7 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
 from .admin_listing import ORDERINGS, ListQuery, scan_window
+from .conf import get_setting
 from .engine.info import LockInfo
 from .engine.validate import validate_name
 from .exceptions import LockBackendError
@@ -281,8 +282,17 @@ def _context(model_admin: ViewerAdmin, request: HttpRequest, title: str) -> dict
         "extend_url": model_admin.url("extend"),
         "has_release_permission": model_admin.has_release_permission(request),
         "has_extend_permission": model_admin.has_extend_permission(request),
-        "key_prefix": model_admin.lock_manager.backend().keyspace.prefix,
+        "key_prefix": _key_prefix(model_admin),
     }
+
+
+def _key_prefix(model_admin: ViewerAdmin) -> str:
+    """The manager's key prefix, also when its Redis cannot be reached (the error page)."""
+    manager = model_admin.lock_manager
+    try:
+        return manager.backend().keyspace.prefix
+    except LockBackendError:
+        return str(manager.key_prefix or get_setting("REDISLOCK_KEY_PREFIX"))
 
 
 def backend_unavailable(
