@@ -172,9 +172,9 @@ def test_force_release_and_paging(manager: LockManager, lock_name: str) -> None:
     for lock in held:
         assert lock.acquire(blocking=False)
     seen: list[str] = []
-    cursor = "0"
+    cursor, pattern = "0", manager.backend().keyspace.match_pattern(lock_name)
     for _ in range(10_000):
-        cursor, infos = manager.scan_page(cursor, count=7)
+        cursor, infos = manager.scan_page(cursor, pattern=pattern, count=7)
         seen += [i.name for i in infos if i.name.startswith(lock_name)]
         if cursor == "0":
             break
