@@ -179,6 +179,33 @@ def _twin_connection_class(pool: Any, flavour: Any, kwargs: dict[str, Any]) -> A
     return connection_class
 
 
+def redlock_clients(entries: Any) -> list[redis.Redis]:
+    """The blocking clients of the Redlock masters named by *entries* (cache aliases or
+    ``redis://`` / ``rediss://`` / ``unix://`` URLs); ImproperlyConfigured when unusable."""
+    if isinstance(entries, str) or not isinstance(entries, (list, tuple)):
+        raise ImproperlyConfigured(
+            "REDISLOCK_REDLOCK_CACHES must be a list of cache aliases or Redis URLs, not "
+            f"{type(entries).__name__}"
+        )
+    clients = []
+    for entry in entries:
+        if not isinstance(entry, str) or not entry:
+            raise ImproperlyConfigured(
+                f"REDISLOCK_REDLOCK_CACHES entries are cache aliases or Redis URLs; got {entry!r}"
+            )
+        if entry.startswith(("redis://", "rediss://", "unix://")):
+            client: Any = redis.Redis.from_url(entry)
+        else:
+            client = client_for_cache(entry)
+        if is_cluster_client(client):
+            raise ImproperlyConfigured(
+                f"Redlock master {entry!r} is a Redis Cluster: Redlock needs independent "
+                "single masters (use the cluster directly through REDISLOCK_URL instead)"
+            )
+        clients.append(client)
+    return clients
+
+
 def is_async_client(client: Any) -> bool:
     """Whether *client* is a ``redis.asyncio`` client."""
     import redis.asyncio

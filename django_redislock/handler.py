@@ -16,21 +16,31 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.signals import setting_changed
 
 from .conf import get_setting
-from .connection import async_twin, is_async_client, is_cluster_client, resolve_client, sync_twin
+from .connection import (
+    async_twin,
+    is_async_client,
+    is_cluster_client,
+    redlock_clients,
+    resolve_client,
+    sync_twin,
+)
 from .engine.backends.cluster import AsyncClusterBackend, ClusterBackend
+from .engine.backends.redlock import AsyncRedlockBackend, RedlockBackend
 from .engine.backends.single import AsyncSingleBackend, SingleBackend
 from .engine.keys import KeySpace
 from .engine.validate import to_millis, validate_seconds
 
-#: The blocking backends a source makes: one Redis (plain or Sentinel), or a cluster.
-BlockingBackend = SingleBackend | ClusterBackend
+#: The blocking backends a source makes: one Redis (plain or Sentinel), a cluster,
+#: or a Redlock over several masters.
+BlockingBackend = SingleBackend | ClusterBackend | RedlockBackend
 #: Their asyncio twins.
-LoopBackend = AsyncSingleBackend | AsyncClusterBackend
+LoopBackend = AsyncSingleBackend | AsyncClusterBackend | AsyncRedlockBackend
 
 
 class BackendSource:
@@ -41,6 +51,8 @@ class BackendSource:
     :param key_prefix: the key prefix (default ``REDISLOCK_KEY_PREFIX``).
     :param client: a ready blocking redis-py client.
     :param async_client: a ready ``redis.asyncio`` client (bound to its event loop).
+    :param redlock: cache aliases or URLs of independent masters for a Redlock
+        (default, when nothing else is given: ``REDISLOCK_REDLOCK_CACHES``).
     """
 
     def __init__(
@@ -51,6 +63,7 @@ class BackendSource:
         key_prefix: str | None = None,
         client: Any = None,
         async_client: Any = None,
+        redlock: Sequence[str] | None = None,
     ) -> None:
         if client is not None and is_async_client(client):
             raise TypeError(
@@ -67,6 +80,7 @@ class BackendSource:
         self.key_prefix = key_prefix
         self._client = client
         self._async_client = async_client
+        self._redlock = redlock
         self._backend: BlockingBackend | None = None
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBackend]
         self._async = weakref.WeakKeyDictionary()
@@ -96,6 +110,13 @@ class BackendSource:
         if backend is None:
             with self._lock:
                 backend = self._backend
+                masters = self._redlock_masters()
+                if backend is None and masters:
+                    backend = self._backend = RedlockBackend(
+                        redlock_clients(masters),
+                        *self._keyspace_and_retention(),
+                        **self._backend_options(),
+                    )
                 if backend is None:
                     if self._client is not None:
                         client = self._client
@@ -109,6 +130,15 @@ class BackendSource:
                     )
         return backend
 
+    def _redlock_masters(self) -> Sequence[str]:
+        """The Redlock masters: given explicitly, else the setting when nothing else is."""
+        if self._redlock is not None:
+            return self._redlock
+        explicit = (self.cache_alias, self.url, self._client, self._async_client)
+        if any(value is not None for value in explicit):
+            return ()
+        return get_setting("REDISLOCK_REDLOCK_CACHES") or ()
+
     def abackend(self) -> LoopBackend:
         """The asyncio backend of the running event loop (made on first use in each loop)."""
         loop = asyncio.get_running_loop()
@@ -120,8 +150,15 @@ class BackendSource:
                     *self._keyspace_and_retention(),
                     **self._backend_options(),
                 )
+            elif isinstance(sync := self.backend(), RedlockBackend):
+                backend = AsyncRedlockBackend(
+                    sync.clients,
+                    sync.keyspace,
+                    sync.retention_ms,
+                    wait_timeout_ms=sync.wait_timeout_ms,
+                )
+                _close_with_loop(loop, backend)
             else:
-                sync = self.backend()
                 twin = async_twin(sync.client)
                 backend = _async_class(twin)(
                     twin,

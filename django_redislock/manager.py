@@ -41,6 +41,10 @@ class LockManager:
         (advanced; it belongs to one event loop). Renewals, which run in a
         thread, use a blocking client with the same settings.
 
+    :param redlock_caches: cache aliases or Redis URLs of independent masters:
+        the locks are then Redlock quorum locks over them (see docs/redlock.md;
+        the default manager does this when ``REDISLOCK_REDLOCK_CACHES`` is set).
+
     A client of the wrong kind for its argument raises TypeError.
     """
 
@@ -52,14 +56,16 @@ class LockManager:
         key_prefix: str | None = None,
         client: Any = None,
         async_client: Any = None,
+        redlock_caches: Sequence[str] | None = None,
     ) -> None:
-        explicit = (cache_alias, url, key_prefix, client, async_client)
+        explicit = (cache_alias, url, key_prefix, client, async_client, redlock_caches)
         if all(value is None for value in explicit):
             self.source = default_source
         else:
             self.source = BackendSource(
                 cache_alias, url=url, key_prefix=key_prefix, client=client,
                 async_client=async_client,
+                redlock=redlock_caches,
             )  # fmt: skip
         self.cache_alias = cache_alias
         self.url = url

@@ -52,12 +52,19 @@ def _cluster_wait() -> Iterator[LockManager]:
         yield from _cluster()
 
 
+def _redlock() -> Iterator[LockManager]:
+    from tests.redlock_servers import shared_masters
+
+    yield LockManager(redlock_caches=[m.url for m in shared_masters()])
+
+
 #: Engine name -> a generator of one LockManager on it (set-up before, tear-down after).
 ENGINES: dict[str, Callable[[], Iterator[LockManager]]] = {
     "single": _plain,
     "sentinel-wait1": _sentinel,
     "cluster": _cluster,
     "cluster-wait1": _cluster_wait,
+    "redlock": _redlock,
 }
 
 

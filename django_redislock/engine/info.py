@@ -53,6 +53,9 @@ class LockInfo:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Any further metadata fields, as stored.
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Whether fencing tokens of this lock strictly increase across holders (False
+    #: on Redlock: each token comes from one master's counter and clock).
+    fencing_monotonic: bool = True
     #: When this snapshot was taken (UTC).
     observed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 

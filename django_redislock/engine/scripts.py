@@ -340,3 +340,7 @@ claim_script = Script("claim", CLAIM)
 cancel_script = Script("cancel", CANCEL)
 force_release_script = Script("force_release", FORCE_RELEASE)
 force_extend_script = Script("force_extend", FORCE_EXTEND)
+
+#: The Lua that grants a lock (token, hash fields, lease), for other script families
+#: (the Redlock scripts) to build on.
+GRANT_FRAGMENT = _GRANT

@@ -1,0 +1,614 @@
+"""Redlock: one lock over N independent Redis masters (the sync and the asyncio backend).
+
+The backend receives the same :class:`~..calls.Call` objects as the one-server
+backends and sends each to every master at once; :mod:`..quorum` decides what the
+replies mean. Only the I/O is here:
+
+* **Scatter/gather on one thread.** The call is written on one connection per
+  master, then the replies are read as they arrive, until enough have come to
+  decide or the per-master timeout (a small share of the lease) ran out. A
+  connection whose reply was not read is dropped, so nobody reads a stale reply
+  later. The asyncio backend does the same with one task per master.
+* **Connections that cannot hang on a dead master.** Each master's client is
+  rebuilt from the configured one with RESP2, no ``CLIENT SETINFO`` and socket
+  timeouts of at most a second: a paused master's kernel still accepts the TCP
+  connection, and a connect that waits for a handshake reply would block.
+* **No queue.** Waiters are recorded per master and poked by the release; see
+  :mod:`..quorum_scripts`. Waiting is therefore not first come, first served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import select
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import redis
+import redis.asyncio
+import redis.connection
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from ..awakeup import AsyncWakeHub
+from ..calls import Call
+from ..info import LockInfo
+from ..keys import KeySpace
+from ..quorum import (
+    DEFAULT_NODE_TIMEOUT_MS,
+    QuorumNotReached,
+    Reply,
+    decide_acquire,
+    decide_any,
+    decide_count,
+    decide_extend,
+    decide_renewal,
+    decide_snapshot,
+    node_timeout_ms,
+    quorum,
+)
+from ..quorum_scripts import rl_acquire_script, rl_cancel_script, rl_release_script
+from ..scripts import (
+    acquire_script,
+    cancel_script,
+    claim_script,
+    extend_script,
+    force_extend_script,
+    force_release_script,
+    release_script,
+    renew_script,
+)
+from ..wakeup import WakeHub, hub_for
+from . import server
+from .base import DEFAULT_WAIT_TIMEOUT_MS, BackendFeatures, backend_error, make_fork_safe
+from .cluster import NodePicker
+
+#: The most a master's connection waits on a socket (s): bounds a handshake with
+#: a paused master and the read of a reply that started to arrive.
+MAX_SOCKET_TIMEOUT = 1.0
+#: Per-master timeout of a renewal batch: a base plus this much per call (s).
+BATCH_TIMEOUT = (0.2, 0.0001)
+
+Combine = Callable[[list[Reply], float], Any]
+
+
+class Plan(NamedTuple):
+    """How one call runs on the masters."""
+
+    #: What each master is sent.
+    sent: Call
+    #: Turns the replies (and the round's duration in ms) into the answer.
+    combine: Combine
+    #: Whether enough replies came to decide without waiting for the rest.
+    enough: Callable[[list[Reply]], bool]
+    #: Per-master timeout (s).
+    timeout: float
+
+
+def _grants(replies: list[Reply]) -> int:
+    return sum(1 for r in replies if isinstance(r, (int, list)) and _held(r))
+
+
+def _held(reply: Any) -> bool:
+    return not isinstance(reply, int) or reply > 0
+
+
+def _count_at_least(value: int) -> Callable[[list[Reply]], bool]:
+    def enough(replies: list[Reply]) -> bool:
+        ok = sum(1 for r in replies if isinstance(r, int) and r >= value)
+        return ok >= quorum(len(replies))
+
+    return enough
+
+
+def plan(call: Call) -> Plan:
+    """How *call* (a call the flows or the manager made) runs on a quorum of masters."""
+    script, args = call.script, call.args
+    timeout = DEFAULT_NODE_TIMEOUT_MS / 1000
+    if script is acquire_script:
+        ttl_ms = int(args[2])
+        timeout = node_timeout_ms(ttl_ms) / 1000
+        return Plan(
+            call._replace(script=rl_acquire_script),
+            lambda replies, elapsed: decide_acquire(replies, ttl_ms, elapsed, name=call.name),
+            lambda replies: _grants(replies) >= quorum(len(replies)),
+            timeout,
+        )
+    if script is release_script:
+        everything = args[3] if len(args) > 3 else b""
+        sent = call._replace(script=rl_release_script, args=(*args[:3], everything, b""))
+        return Plan(
+            sent,
+            lambda replies, _: decide_count(replies, call.action, call.name),
+            _count_at_least(0),
+            timeout,
+        )
+    if script is cancel_script:
+        return Plan(
+            call._replace(script=rl_cancel_script),
+            lambda replies, elapsed: decide_acquire(replies, 0, elapsed, name=call.name),
+            lambda replies: all(r is not None for r in replies),
+            timeout,
+        )
+    if script in (renew_script, claim_script):
+        return Plan(call, lambda replies, _: decide_renewal(replies), _count_at_least(1), timeout)
+    if script is extend_script:
+        return Plan(
+            call,
+            lambda replies, _: decide_extend(replies, call.name),
+            _count_at_least(1),
+            timeout,
+        )
+    if script in (force_release_script, force_extend_script):
+        return Plan(
+            call,
+            lambda replies, _: decide_any(replies, call.action, call.name),
+            lambda replies: all(r is not None for r in replies),
+            timeout,
+        )
+    raise ValueError(f"the Redlock backend cannot run {script!r}")  # pragma: no cover
+
+
+def undo_call(call: Call, retention_arg: bytes) -> Call:
+    """Gives back, on every master, what an acquire that did not reach a majority got."""
+    owner, nonce = call.args[0], call.args[1]
+    return Call(
+        rl_release_script,
+        call.keys,
+        (owner, nonce, retention_arg, b"", b"quiet"),
+        "give back a lock that did not reach a majority",
+        call.name,
+    )
+
+
+#: Connection settings a master's own client keeps from the configured client.
+_KEPT = {
+    "host", "port", "path", "db", "username", "password", "credential_provider",
+    "socket_timeout", "socket_connect_timeout", "socket_keepalive",
+    "socket_keepalive_options", "client_name",
+}  # fmt: skip
+
+
+def master_kwargs(client: Any) -> dict[str, Any]:
+    """Connection settings for a Redlock master's own client, from a configured client
+    (its server, credentials, TLS; RESP2, no ``CLIENT SETINFO``, bounded timeouts)."""
+    kwargs = {
+        k: v
+        for k, v in client.connection_pool.connection_kwargs.items()
+        if k in _KEPT or k.startswith("ssl_")
+    }
+    for key in ("socket_timeout", "socket_connect_timeout"):
+        value = kwargs.get(key)
+        kwargs[key] = MAX_SOCKET_TIMEOUT if value is None else min(value, MAX_SOCKET_TIMEOUT)
+    kwargs["protocol"] = 2
+    kwargs.update(_NO_CLIENT_INFO)
+    return kwargs
+
+
+def _no_client_info() -> dict[str, Any]:
+    """The connection option that stops redis-py sending ``CLIENT SETINFO`` on connect
+    (``driver_info`` since redis-py 8; ``lib_name``/``lib_version`` before)."""
+    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters:
+        return {"driver_info": None}
+    return {"lib_name": None, "lib_version": None}
+
+
+_NO_CLIENT_INFO = _no_client_info()
+
+
+def connection_class(client: Any, flavour: Any, kwargs: dict[str, Any]) -> Any:
+    """*flavour*'s (``redis.connection`` or its asyncio twin) connection class matching
+    *client*'s: TCP, TLS or a Unix socket."""
+    name = client.connection_pool.connection_class.__name__
+    if name == "UnixDomainSocketConnection":
+        kwargs.pop("host", None)
+        kwargs.pop("port", None)
+        return flavour.UnixDomainSocketConnection
+    kwargs.pop("path", None)
+    return flavour.SSLConnection if name == "SSLConnection" else flavour.Connection
+
+
+def sync_master(client: Any) -> redis.Redis:
+    """A master's own blocking client (see :func:`master_kwargs`)."""
+    import redis.connection as flavour
+
+    kwargs = master_kwargs(client)
+    cls = connection_class(client, flavour, kwargs)
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=cls, **kwargs))
+
+
+def async_master(client: Any) -> redis.asyncio.Redis:
+    """A master's own ``redis.asyncio`` client (see :func:`master_kwargs`)."""
+    import redis.asyncio.connection as flavour
+
+    kwargs = master_kwargs(client)
+    cls = connection_class(client, flavour, kwargs)
+    pool = redis.asyncio.ConnectionPool(connection_class=cls, max_connections=1000, **kwargs)
+    return redis.asyncio.Redis.from_pool(pool)
+
+
+class _Redlock:
+    """What both Redlock backends hold."""
+
+    features = BackendFeatures(
+        hands_off=False, quorum=True, monotonic_fencing=False, cursor="composite"
+    )
+
+    def __init__(
+        self,
+        clients: Sequence[Any],
+        keyspace: KeySpace,
+        retention_ms: int,
+        *,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    ) -> None:
+        if len(clients) < 1:
+            raise ValueError("a Redlock needs at least one master")
+        self.clients = list(clients)
+        self.keyspace = keyspace
+        self.retention_ms = retention_ms
+        self.retention_arg = str(retention_ms).encode()
+        self.wait_timeout_ms = wait_timeout_ms
+
+    @property
+    def client(self) -> Any:
+        """The first master's client (what ``LockManager.client`` shows)."""
+        return self.clients[0]
+
+    def _merge(
+        self, keys: Sequence[str], per_master: list[list[LockInfo] | Exception]
+    ) -> list[LockInfo]:
+        masters = len(per_master)
+        got = [m for m in per_master if not isinstance(m, Exception)]
+        if len(got) < quorum(masters):
+            raise QuorumNotReached("read the locks", len(got), masters, None)
+        by_key = [{info.key: info for info in infos} for infos in got]
+        merged = []
+        for key in keys:
+            snapshot = decide_snapshot([found.get(key) for found in by_key], masters)
+            if snapshot is not None:
+                merged.append(snapshot)
+        return merged
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} masters={len(self.clients)} prefix={self.keyspace.prefix!r}>"
+        )
+
+
+class RedlockBackend(_Redlock):
+    """A blocking Redlock backend over N ``redis.Redis`` clients."""
+
+    def __init__(
+        self,
+        clients: Sequence[Any],
+        keyspace: KeySpace,
+        retention_ms: int,
+        *,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    ) -> None:
+        own = [sync_master(c) for c in clients]
+        super().__init__(own, keyspace, retention_ms, wait_timeout_ms=wait_timeout_ms)
+        for client in own:
+            make_fork_safe(client)
+        self._picker = NodePicker(lambda: [(str(i), c) for i, c in enumerate(self.clients)])
+
+    def run(self, call: Call) -> Any:
+        """Run *call* on every master and decide the answer from their replies."""
+        steps = plan(call)
+        started = time.monotonic()
+        replies = self.scatter([[steps.sent]] * len(self.clients), steps.timeout, steps.enough)
+        elapsed = (time.monotonic() - started) * 1000
+        outcome = steps.combine([r[0] if isinstance(r, list) else r for r in replies], elapsed)
+        if call.script is acquire_script or call.script is cancel_script:
+            if outcome.undo:
+                undo = undo_call(call, self.retention_arg)
+                self.scatter([[undo]] * len(self.clients), steps.timeout, lambda _: False)
+            return outcome.reply
+        return outcome
+
+    def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Renew a batch on every master at once; each result is 1 only when a majority
+        renewed it (fewer: 0, the hold is lost)."""
+        if not calls:
+            return []
+        timeout = BATCH_TIMEOUT[0] + BATCH_TIMEOUT[1] * len(calls)
+        replies = self.scatter([list(calls)] * len(self.clients), timeout, lambda _: False)
+        results = []
+        for i, call in enumerate(calls):
+            column = [r[i] if isinstance(r, list) else r for r in replies]
+            results.append(plan(call).combine(column, 0.0))
+        return results
+
+    def scatter(
+        self, commands: list[list[Call]], timeout: float, enough: Callable[[list[Reply]], bool]
+    ) -> list[Any]:
+        """Send each master its calls at once, then read until *enough* or *timeout*.
+
+        One entry per master: the list of its replies (an error reply as its
+        exception), an exception when the master failed, None when it did not
+        answer in time.
+        """
+        n = len(self.clients)
+        replies: list[Any] = [None] * n
+        firsts: list[Reply] = [None] * n
+        conns: list[Any] = [None] * n
+        pending: dict[int, list[Any]] = {}
+        for i, client in enumerate(self.clients):
+            pool = client.connection_pool
+            try:
+                conn = conns[i] = pool.get_connection()
+                conn.send_packed_command(
+                    conn.pack_commands([_command(c) for c in commands[i]]), check_health=False
+                )
+                pending[i] = []
+            except (RedisError, OSError) as exc:
+                replies[i] = firsts[i] = exc
+        deadline = time.monotonic() + timeout
+        try:
+            while pending and not enough(firsts):
+                ready = [i for i in pending if conns[i].can_read(timeout=0)]
+                if not ready:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    socks = {conns[i]._sock: i for i in pending if conns[i]._sock is not None}
+                    readable, _, _ = select.select(list(socks), [], [], remaining)
+                    ready = [socks[s] for s in readable]
+                for i in ready:
+                    got = pending[i]
+                    try:
+                        while len(got) < len(commands[i]):
+                            try:
+                                got.append(conns[i].read_response())
+                            except ResponseError as exc:
+                                got.append(exc)
+                            if not conns[i].can_read(timeout=0):
+                                break
+                    except (RedisError, OSError) as exc:
+                        replies[i] = firsts[i] = exc
+                        del pending[i]
+                        conns[i].disconnect()
+                        continue
+                    if len(got) == len(commands[i]):
+                        replies[i] = got
+                        firsts[i] = got[0]
+                        del pending[i]
+        finally:
+            for i, conn in enumerate(conns):
+                if conn is None:
+                    continue
+                if i in pending:
+                    conn.disconnect()  # its reply is still coming: nobody may read it
+                self.clients[i].connection_pool.release(conn)
+        return self._reload_missing(commands, replies)
+
+    def _reload_missing(self, commands: list[list[Call]], replies: list[Any]) -> list[Any]:
+        """A master that did not know a script (restarted empty) loads it and answers
+        again, alone."""
+        for i, got in enumerate(replies):
+            if not isinstance(got, list) or not any(isinstance(r, NoScriptError) for r in got):
+                continue
+            client = self.clients[i]
+            try:
+                for script in {c.script.sha: c.script for c in commands[i]}.values():
+                    client.script_load(script.source)
+                pipe = client.pipeline(transaction=False)
+                for call in commands[i]:
+                    pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+                replies[i] = pipe.execute(raise_on_error=False)
+            except RedisError as exc:
+                replies[i] = exc
+        return replies
+
+    def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
+        """One SCAN step over the masters one after another (cursor
+        ``"<master>:<its cursor>"``); a key is listed by the first master that has it."""
+        index, node_cursor = _scan_position(cursor, len(self.clients))
+        try:
+            next_cursor, keys = server.scan(self.clients[index], pattern, node_cursor, count)
+        except RedisError:
+            next_cursor, keys = 0, []  # a master that is down: go on with the next
+        keys = [k for k in keys if not self._listed_earlier(k, index)]
+        return _next_position(index, next_cursor, len(self.clients)), [server.text(k) for k in keys]
+
+    def _listed_earlier(self, key: Any, index: int) -> bool:
+        for earlier in self.clients[:index]:
+            try:
+                if earlier.exists(key):
+                    return True
+            except RedisError:
+                continue
+        return False
+
+    def load(self, keys: Sequence[str]) -> list[LockInfo]:
+        """The locks at *keys* as a majority of masters sees them."""
+        if not keys:
+            return []
+        per_master: list[list[LockInfo] | Exception] = []
+        for client in self.clients:
+            pipe = client.pipeline(transaction=False)
+            server.queue_snapshot_reads(pipe, keys)
+            try:
+                per_master.append(
+                    server.snapshots(self.keyspace, keys, pipe.execute(raise_on_error=False))
+                )
+            except (RedisError, Exception) as exc:
+                per_master.append(exc)
+        return [_mark(info) for info in self._merge(keys, per_master)]
+
+    def server_config(self, pattern: str) -> dict[str, str]:
+        """``CONFIG GET`` of the first master that answers."""
+        error: Exception | None = None
+        for client in self.clients:
+            try:
+                return server.config(client, pattern)
+            except RedisError as exc:
+                error = exc
+        raise backend_error(error or RuntimeError("no master"), "read the configuration", None)
+
+    def connected_replicas(self) -> int:
+        """The fewest replicas any master has (Redlock does not wait for replicas)."""
+        return min(server.connected_replicas(c) for c in self.clients)
+
+    def hub(self) -> WakeHub:
+        """The wake-up hub: subscribed on one master at a time, the next after a break."""
+        return hub_for(self._picker, self.keyspace.wake_prefix)
+
+
+class AsyncRedlockBackend(_Redlock):
+    """An asyncio Redlock backend over N ``redis.asyncio`` clients (one event loop)."""
+
+    def __init__(
+        self,
+        clients: Sequence[Any],
+        keyspace: KeySpace,
+        retention_ms: int,
+        *,
+        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+    ) -> None:
+        own = [async_master(c) for c in clients]
+        super().__init__(own, keyspace, retention_ms, wait_timeout_ms=wait_timeout_ms)
+        self._hub: AsyncWakeHub | None = None
+        self._picker = NodePicker(lambda: [(str(i), c) for i, c in enumerate(self.clients)])
+
+    async def run(self, call: Call) -> Any:
+        """:meth:`RedlockBackend.run`, awaitable."""
+        steps = plan(call)
+        started = time.monotonic()
+        replies = await self.scatter(steps.sent, steps.timeout, steps.enough)
+        outcome = steps.combine(replies, (time.monotonic() - started) * 1000)
+        if call.script is acquire_script or call.script is cancel_script:
+            if outcome.undo:
+                await self.scatter(undo_call(call, self.retention_arg), steps.timeout, None)
+            return outcome.reply
+        return outcome
+
+    async def scatter(
+        self, call: Call, timeout: float, enough: Callable[[list[Reply]], bool] | None
+    ) -> list[Reply]:
+        """:meth:`RedlockBackend.scatter` for one call, with one task per master."""
+        replies: list[Reply] = [None] * len(self.clients)
+        tasks = {
+            asyncio.ensure_future(_evalsha(client, call)): i
+            for i, client in enumerate(self.clients)
+        }
+        deadline = time.monotonic() + timeout
+        pending = set(tasks)
+        try:
+            while pending and not (enough is not None and enough(replies)):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                done, pending = await asyncio.wait(
+                    pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    exc = task.exception()
+                    replies[tasks[task]] = exc if exc is not None else task.result()
+        finally:
+            for task in pending:
+                task.cancel()  # redis.asyncio drops a connection whose command was cancelled
+        return replies
+
+    async def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
+        """:meth:`RedlockBackend.scan_page`, awaitable."""
+        index, node_cursor = _scan_position(cursor, len(self.clients))
+        try:
+            next_cursor, keys = await self.clients[index].scan(
+                node_cursor, match=pattern, count=count
+            )
+        except RedisError:
+            next_cursor, keys = 0, []
+        kept = []
+        for key in keys:
+            earlier = False
+            for client in self.clients[:index]:
+                try:
+                    if await client.exists(key):
+                        earlier = True
+                        break
+                except RedisError:
+                    continue
+            if not earlier:
+                kept.append(server.text(key))
+        return _next_position(index, int(next_cursor), len(self.clients)), kept
+
+    async def load(self, keys: Sequence[str]) -> list[LockInfo]:
+        """:meth:`RedlockBackend.load`, awaitable."""
+        if not keys:
+            return []
+
+        async def one(client: Any) -> list[LockInfo] | Exception:
+            pipe = client.pipeline(transaction=False)
+            server.queue_snapshot_reads(pipe, keys)
+            try:
+                return server.snapshots(
+                    self.keyspace, keys, await pipe.execute(raise_on_error=False)
+                )
+            except Exception as exc:
+                return exc
+
+        per_master = list(await asyncio.gather(*(one(c) for c in self.clients)))
+        return [_mark(info) for info in self._merge(keys, per_master)]
+
+    def hub(self) -> AsyncWakeHub:
+        """The event loop's wake-up hub, subscribed on one master at a time."""
+        if self._hub is None:
+            self._hub = AsyncWakeHub(self._picker, self.keyspace.wake_prefix)
+        return self._hub
+
+    async def aclose(self) -> None:
+        """Stop the hub and close the masters' connections."""
+        if self._hub is not None:
+            await self._hub.aclose()
+        for client in self.clients:
+            try:
+                await client.aclose()
+            except (RedisError, OSError, RuntimeError, asyncio.CancelledError):
+                pass
+
+
+async def _evalsha(client: Any, call: Call) -> Any:
+    try:
+        try:
+            return await client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+        except NoScriptError:
+            await client.script_load(call.script.source)
+            return await client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+    except ResponseError as exc:
+        return exc
+
+
+def _command(call: Call) -> tuple[Any, ...]:
+    return ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+
+
+def _scan_position(cursor: str, masters: int) -> tuple[int, int]:
+    """(master index, its SCAN cursor) from an opaque cursor; unreadable: the start."""
+    head, _, tail = cursor.partition(":")
+    try:
+        index, node_cursor = int(head), int(tail or 0)
+    except ValueError:
+        return 0, 0
+    if not 0 <= index < masters or not 0 <= node_cursor < 2**64:
+        return 0, 0
+    return index, node_cursor
+
+
+def _next_position(index: int, node_cursor: int, masters: int) -> str:
+    if node_cursor:
+        return f"{index}:{node_cursor}"
+    if index + 1 < masters:
+        return f"{index + 1}:0"
+    return "0"
+
+
+def _mark(info: LockInfo) -> LockInfo:
+    """A Redlock snapshot: its token comes from one master and is not strictly monotonic."""
+    return dataclasses.replace(info, fencing_monotonic=False)
+
+
+__all__ = ["AsyncRedlockBackend", "Plan", "RedlockBackend", "master_kwargs", "plan"]

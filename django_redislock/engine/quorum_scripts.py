@@ -1,0 +1,106 @@
+"""The Lua scripts of a Redlock master (text only: the Redlock backend runs them).
+
+A Redlock master keeps the same lock and fence hashes as one Redis (so the
+admin, ``LockInfo`` and the operator actions read them alike) but no FIFO
+queue: each master's own queue would hand the lock to different waiters on
+different masters, and nobody would reach a majority. Instead a master where
+the lock is held remembers who waits (``KEYS[4]``, a hash ``nonce -> expiry_ms|channel``)
+and the release that frees it *pokes* them: it publishes the bare nonce on each
+waiter's hub channel, and the waiter asks every master again.
+
+Keys as in :mod:`.scripts`: lock hash, fence hash, (queue, unused), waiters hash.
+"""
+
+from __future__ import annotations
+
+from .scripts import ENTRY_LIFE_MS, GRANT_FRAGMENT, Script
+
+# ARGV as ACQUIRE: owner, nonce, ttl_ms, meta, now_ms, retention_ms, channel ('' =
+# do not wait), known ('' = unknown holds).  Returns as ACQUIRE: a fresh grant's
+# token, {fence, count} for a re-entry or a repeat, -2 - pttl when held.
+RL_ACQUIRE = (
+    GRANT_FRAGMENT
+    + r"""
+local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
+if h[1] == owner then
+  if h[2] == nonce then return {h[3], h[4]} end
+  local c
+  if ARGV[8] and ARGV[8] ~= '' then
+    c = tonumber(ARGV[8]) + 1
+    redis.call('HSET', L, 'count', c, 'op', nonce)
+  else
+    c = redis.call('HINCRBY', L, 'count', 1)
+    redis.call('HSET', L, 'op', nonce)
+  end
+  local want = tonumber(ttl)
+  if want > 0 then
+    local p = redis.call('PTTL', L)
+    if p >= 0 and p < want then redis.call('PEXPIRE', L, want) end
+  end
+  return {h[3], c}
+end
+if not h[1] then
+  return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], ARGV[6]))
+end
+if ARGV[7] ~= '' then
+  local expiry = math.floor(now_us() / 1000) + LIFE
+  redis.call('HSET', E, nonce, string.format('%.0f', expiry) .. '|' .. ARGV[7])
+  redis.call('PEXPIRE', E, LIFE)
+end
+return -2 - redis.call('PTTL', L)
+""".replace("LIFE", str(ENTRY_LIFE_MS))
+)
+
+# ARGV: owner, nonce, retention_ms, 'all' or '', 'quiet' or ''.  As RELEASE: the
+# holds left (0 = released), -1 when not owned; the nonce makes a repeat count
+# once. At 0 the waiters recorded here are poked, unless 'quiet' (giving back a
+# grant that did not reach a majority: nobody is waiting for that).
+RL_RELEASE = r"""
+local L, F, E = KEYS[1], KEYS[2], KEYS[4]
+local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
+local h = redis.call('HMGET', L, 'owner', 'rel', 'count')
+if h[1] ~= owner then
+  if redis.call('HGET', F, 'rel') == nonce then return 0 end
+  return -1
+end
+if h[2] == nonce then return tonumber(h[3]) end
+local c = tonumber(h[3]) - 1
+if ARGV[4] == 'all' then c = 0 end
+if c > 0 then
+  redis.call('HDEL', L, 'rel')
+  redis.call('HSET', L, 'count', c, 'rel', nonce)
+  return c
+end
+redis.call('DEL', L)
+if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
+if ARGV[5] ~= 'quiet' then
+  local waiting = redis.call('HGETALL', E)
+  if #waiting > 0 then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    for i = 1, #waiting, 2 do
+      local entry = waiting[i + 1]
+      local bar = string.find(entry, '|', 1, true)
+      if tonumber(string.sub(entry, 1, bar - 1)) >= now then
+        redis.call('PUBLISH', string.sub(entry, bar + 1), waiting[i])
+      end
+    end
+    redis.call('DEL', E)
+  end
+end
+return 0
+"""
+
+# ARGV: owner, nonce, retention_ms.  A waiter gives up: its record goes. As CANCEL:
+# {fence, count} when this very acquire holds the lock here, else -1.
+RL_CANCEL = r"""
+redis.call('HDEL', KEYS[4], ARGV[2])
+local h = redis.call('HMGET', KEYS[1], 'owner', 'op', 'fence', 'count')
+if h[1] == ARGV[1] and h[2] == ARGV[2] then return {h[3], h[4]} end
+return -1
+"""
+
+rl_acquire_script = Script("rl_acquire", RL_ACQUIRE)
+rl_release_script = Script("rl_release", RL_RELEASE)
+rl_cancel_script = Script("rl_cancel", RL_CANCEL)
