@@ -10,6 +10,10 @@
   Redis has connected: every grant would be refused.
 * ``django_redislock.W004`` Redis has replicas but locks do not wait for them
   (``REDISLOCK_WAIT_REPLICAS`` is 0): a failover may lose fresh grants.
+* ``django_redislock.E004`` two Redlock masters are one server (or a master is a
+  replica): they fail together, so the majority is not what it seems.
+* ``django_redislock.W005`` an even number of Redlock masters, or fewer than 3.
+* ``django_redislock.W006`` Redlock masters that cannot be reached.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import get_setting
-from .connection import connection_kwargs, resolve_client
+from .connection import connection_kwargs, redlock_clients, resolve_client
+from .engine.backends.redlock import RedlockBackend
 from .engine.keys import KeySpace
 from .engine.validate import validate_replicas, validate_seconds
 from .exceptions import LockBackendError
@@ -45,6 +50,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     except ValueError as exc:
         errors.append(checks.Error(str(exc), id="django_redislock.E002"))
     try:
+        redlock = get_setting("REDISLOCK_REDLOCK_CACHES")
+        if redlock:
+            redlock_clients(redlock)
         client = resolve_client()
     except ImproperlyConfigured as exc:
         errors.append(
@@ -92,7 +100,7 @@ def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
                 id="django_redislock.W001",
             )
         ]
-    problems = _replication_problems(backend)
+    problems = _replication_problems(backend) + _redlock_problems(backend)
     policy = values.get("maxmemory-policy", "noeviction")
     if int(values.get("maxmemory") or 0) > 0 and policy != "noeviction":
         problems.append(
@@ -140,3 +148,60 @@ def _replication_problems(backend: Any) -> list[checks.CheckMessage]:
             )
         ]
     return []
+
+
+def _redlock_problems(backend: Any) -> list[checks.CheckMessage]:
+    """E004/W005/W006: whether the Redlock masters are independent, odd, reachable."""
+    if not isinstance(backend, RedlockBackend):
+        return []
+    problems: list[checks.CheckMessage] = []
+    masters = len(backend.clients)
+    if masters < 3 or masters % 2 == 0:
+        problems.append(
+            checks.Warning(
+                f"REDISLOCK_REDLOCK_CACHES names {masters} masters: a majority of an even "
+                "number tolerates no more failures than one master fewer, and fewer than 3 "
+                "tolerate none.",
+                hint="Use 3 or 5 independent masters.",
+                id="django_redislock.W005",
+            )
+        )
+    seen: dict[str, int] = {}
+    down = []
+    for index, info in enumerate(backend.masters_info()):
+        if isinstance(info, Exception):
+            down.append(f"#{index + 1} ({info})")
+            continue
+        if info.get("role", "master") != "master":
+            problems.append(
+                checks.Error(
+                    f"Redlock master #{index + 1} is a replica; a Redlock needs independent "
+                    "masters.",
+                    hint="Point REDISLOCK_REDLOCK_CACHES at primaries only.",
+                    id="django_redislock.E004",
+                )
+            )
+        run_id = str(info.get("run_id", ""))
+        if run_id in seen:
+            problems.append(
+                checks.Error(
+                    f"Redlock masters #{seen[run_id] + 1} and #{index + 1} are the same Redis "
+                    "server (two databases of one server fail together), so a majority of "
+                    "them is not a majority of independent servers.",
+                    hint="Give every entry of REDISLOCK_REDLOCK_CACHES its own server.",
+                    id="django_redislock.E004",
+                )
+            )
+        else:
+            seen[run_id] = index
+    if down:
+        problems.append(
+            checks.Warning(
+                f"Redlock masters could not be reached: {', '.join(down)}. Locks work while a "
+                "majority answers, with less margin for the next failure.",
+                hint="Check the servers in REDISLOCK_REDLOCK_CACHES.",
+                id="django_redislock.W006",
+            )
+        )
+    return problems
+

@@ -95,6 +95,8 @@ class AcquireOutcome:
     reply: Any
     #: Whether the grants of this round must be undone on every master.
     undo: bool
+    #: Raise this once undone: too few masters answered to decide.
+    error: QuorumNotReached | None = None
 
 
 def decide_acquire(
@@ -112,12 +114,14 @@ def decide_acquire(
     so the counts agree). Otherwise undo everywhere; the reply is "held" with the
     holder's shortest remaining lease when a majority names a holder, else a
     short random backoff (a split vote: nobody holds it, contenders spread out).
-    Raises :class:`QuorumNotReached` when too few masters answered to decide.
+    When too few masters answered to decide, the outcome carries a
+    :class:`QuorumNotReached` to raise once whatever was granted is undone.
     """
     masters = len(replies)
     got = answered(replies)
     if len(got) < quorum(masters):
-        raise QuorumNotReached("acquire the lock", len(got), masters, name)
+        error = QuorumNotReached("acquire the lock", len(got), masters, name)
+        return AcquireOutcome(-1, True, error)
     attempts = [decode_attempt(r) for r in got]
     grants = [a for a in attempts if a.held]
     useful = validity_ms(ttl_ms, elapsed_ms) >= ttl_ms * MIN_VALIDITY_FACTOR

@@ -299,13 +299,17 @@ class RedlockBackend(_Redlock):
         """Run *call* on every master and decide the answer from their replies."""
         steps = plan(call)
         started = time.monotonic()
-        replies = self.scatter([[steps.sent]] * len(self.clients), steps.timeout, steps.enough)
+        replies = self.scatter_calls(
+            [[steps.sent]] * len(self.clients), steps.timeout, steps.enough
+        )
         elapsed = (time.monotonic() - started) * 1000
         outcome = steps.combine([r[0] if isinstance(r, list) else r for r in replies], elapsed)
         if call.script is acquire_script or call.script is cancel_script:
             if outcome.undo:
                 undo = undo_call(call, self.retention_arg)
-                self.scatter([[undo]] * len(self.clients), steps.timeout, lambda _: False)
+                self.scatter_calls([[undo]] * len(self.clients), steps.timeout, _never)
+            if outcome.error is not None:
+                raise outcome.error
             return outcome.reply
         return outcome
 
@@ -315,17 +319,28 @@ class RedlockBackend(_Redlock):
         if not calls:
             return []
         timeout = BATCH_TIMEOUT[0] + BATCH_TIMEOUT[1] * len(calls)
-        replies = self.scatter([list(calls)] * len(self.clients), timeout, lambda _: False)
+        replies = self.scatter_calls([list(calls)] * len(self.clients), timeout, _never)
         results = []
         for i, call in enumerate(calls):
             column = [r[i] if isinstance(r, list) else r for r in replies]
             results.append(plan(call).combine(column, 0.0))
         return results
 
-    def scatter(
-        self, commands: list[list[Call]], timeout: float, enough: Callable[[list[Reply]], bool]
+    def scatter_calls(
+        self, calls: list[list[Call]], timeout: float, enough: Callable[[list[Reply]], bool]
     ) -> list[Any]:
-        """Send each master its calls at once, then read until *enough* or *timeout*.
+        """:meth:`scatter` of script calls; a master that did not know a script (it
+        restarted empty) loads it and answers again, alone."""
+        commands = [[_command(c) for c in mine] for mine in calls]
+        return self._reload_missing(calls, self.scatter(commands, timeout, enough))
+
+    def scatter(
+        self,
+        commands: list[list[tuple[Any, ...]]],
+        timeout: float,
+        enough: Callable[[list[Reply]], bool],
+    ) -> list[Any]:
+        """Send each master its commands at once, then read until *enough* or *timeout*.
 
         One entry per master: the list of its replies (an error reply as its
         exception), an exception when the master failed, None when it did not
@@ -340,9 +355,7 @@ class RedlockBackend(_Redlock):
             pool = client.connection_pool
             try:
                 conn = conns[i] = pool.get_connection()
-                conn.send_packed_command(
-                    conn.pack_commands([_command(c) for c in commands[i]]), check_health=False
-                )
+                conn.send_packed_command(conn.pack_commands(commands[i]), check_health=False)
                 pending[i] = []
             except (RedisError, OSError) as exc:
                 replies[i] = firsts[i] = exc
@@ -383,7 +396,7 @@ class RedlockBackend(_Redlock):
                 if i in pending:
                     conn.disconnect()  # its reply is still coming: nobody may read it
                 self.clients[i].connection_pool.release(conn)
-        return self._reload_missing(commands, replies)
+        return replies
 
     def _reload_missing(self, commands: list[list[Call]], replies: list[Any]) -> list[Any]:
         """A master that did not know a script (restarted empty) loads it and answers
@@ -424,18 +437,20 @@ class RedlockBackend(_Redlock):
         return False
 
     def load(self, keys: Sequence[str]) -> list[LockInfo]:
-        """The locks at *keys* as a majority of masters sees them."""
+        """The locks at *keys* as a majority of masters sees them (read from all at once)."""
         if not keys:
             return []
+        reads = [c for key in keys for c in (("HGETALL", key), ("PTTL", key))]
+        timeout = BATCH_TIMEOUT[0] + BATCH_TIMEOUT[1] * len(reads)
+        replies = self.scatter([reads] * len(self.clients), timeout, _never)
         per_master: list[list[LockInfo] | Exception] = []
-        for client in self.clients:
-            pipe = client.pipeline(transaction=False)
-            server.queue_snapshot_reads(pipe, keys)
+        for got in replies:
+            if not isinstance(got, list):
+                per_master.append(got if isinstance(got, Exception) else TimeoutError())
+                continue
             try:
-                per_master.append(
-                    server.snapshots(self.keyspace, keys, pipe.execute(raise_on_error=False))
-                )
-            except (RedisError, Exception) as exc:
+                per_master.append(server.snapshots(self.keyspace, keys, _as_dicts(got)))
+            except Exception as exc:  # a master whose data cannot be read counts as down
                 per_master.append(exc)
         return [_mark(info) for info in self._merge(keys, per_master)]
 
@@ -452,6 +467,17 @@ class RedlockBackend(_Redlock):
     def connected_replicas(self) -> int:
         """The fewest replicas any master has (Redlock does not wait for replicas)."""
         return min(server.connected_replicas(c) for c in self.clients)
+
+    def masters_info(self) -> list[dict[str, Any] | Exception]:
+        """Each master's ``INFO server`` and ``INFO replication`` (its ``run_id``, its
+        ``role``), or the error it answered with (for the system checks)."""
+        out: list[dict[str, Any] | Exception] = []
+        for client in self.clients:
+            try:
+                out.append({**client.info("server"), **client.info("replication")})
+            except RedisError as exc:
+                out.append(exc)
+        return out
 
     def hub(self) -> WakeHub:
         """The wake-up hub: subscribed on one master at a time, the next after a break."""
@@ -482,12 +508,14 @@ class AsyncRedlockBackend(_Redlock):
         outcome = steps.combine(replies, (time.monotonic() - started) * 1000)
         if call.script is acquire_script or call.script is cancel_script:
             if outcome.undo:
-                await self.scatter(undo_call(call, self.retention_arg), steps.timeout, None)
+                await self.scatter(undo_call(call, self.retention_arg), steps.timeout, _never)
+            if outcome.error is not None:
+                raise outcome.error
             return outcome.reply
         return outcome
 
     async def scatter(
-        self, call: Call, timeout: float, enough: Callable[[list[Reply]], bool] | None
+        self, call: Call, timeout: float, enough: Callable[[list[Reply]], bool]
     ) -> list[Reply]:
         """:meth:`RedlockBackend.scatter` for one call, with one task per master."""
         replies: list[Reply] = [None] * len(self.clients)
@@ -498,7 +526,7 @@ class AsyncRedlockBackend(_Redlock):
         deadline = time.monotonic() + timeout
         pending = set(tasks)
         try:
-            while pending and not (enough is not None and enough(replies)):
+            while pending and not enough(replies):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -580,6 +608,16 @@ async def _evalsha(client: Any, call: Call) -> Any:
             return await client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
     except ResponseError as exc:
         return exc
+
+
+def _never(replies: list[Reply]) -> bool:
+    """Wait for every master (up to the timeout)."""
+    return False
+
+
+def _as_dicts(replies: list[Any]) -> list[Any]:
+    """Raw ``HGETALL`` replies (flat field/value lists) as the dicts redis-py makes."""
+    return [dict(zip(r[::2], r[1::2], strict=True)) if isinstance(r, list) else r for r in replies]
 
 
 def _command(call: Call) -> tuple[Any, ...]:

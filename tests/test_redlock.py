@@ -1,0 +1,174 @@
+"""Redlock over five real masters on loopback: masters paused (SIGSTOP), killed and
+restarted empty, split votes among contenders, asyncio, and the system checks.
+
+The behaviour every engine shares (acquire, re-entry, wake-up, watchdog,
+listing, async with, no lost update) is in tests/test_engines.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from django.test import override_settings
+
+from django_redislock import LockManager
+from django_redislock.checks import check_server, check_settings
+from django_redislock.engine.quorum import QuorumNotReached
+from tests.redlock_servers import Master, shared_masters
+
+
+@pytest.fixture
+def masters() -> Iterator[list[Master]]:
+    found = shared_masters()
+    try:
+        yield found
+    finally:
+        for master in found:
+            master.resume()
+
+
+@pytest.fixture
+def manager(masters: list[Master]) -> LockManager:
+    return LockManager(redlock_caches=[m.url for m in masters])
+
+
+@pytest.fixture
+def lock_name() -> str:
+    return f"redlock:{uuid.uuid4().hex[:12]}"
+
+
+def _holders(masters: list[Master], manager: LockManager, name: str) -> list[bytes | None]:
+    key = manager.backend().keyspace.keys(name).lock
+    out = []
+    for master in masters:
+        try:
+            out.append(master.client().hget(key, "owner"))
+        except Exception:
+            out.append(None)
+    return out
+
+
+def test_two_masters_paused_still_grant_exclusively_and_promptly(
+    masters: list[Master], manager: LockManager, lock_name: str
+) -> None:
+    manager.lock(lock_name + ":warm", auto_renew=False).acquire()  # connections made
+    masters[0].pause()
+    masters[3].pause()
+    started = time.monotonic()
+    holder = manager.lock(lock_name, owner="holder", auto_renew=False)
+    assert holder.acquire(blocking=False)
+    assert time.monotonic() - started < 0.5
+    assert not manager.lock(lock_name, owner="other", auto_renew=False).acquire(blocking=False)
+    assert holder.release() == 0
+    assert manager.lock(lock_name, owner="other", auto_renew=False).acquire(blocking=False)
+
+
+def test_three_masters_down_refuse_promptly_and_leave_nothing(
+    masters: list[Master], manager: LockManager, lock_name: str
+) -> None:
+    for master in masters[:3]:
+        master.pause()
+    lock = manager.lock(lock_name, auto_renew=False)
+    started = time.monotonic()
+    with pytest.raises(QuorumNotReached, match="only 2 of 5 Redis masters answered") as caught:
+        lock.acquire(blocking=False)
+    assert time.monotonic() - started < 1.0
+    assert (caught.value.answered, caught.value.needed) == (2, 3)
+    assert lock.fencing_token is None  # nothing is recorded as held
+    # The two live masters granted it and were told to give it back.
+    key = manager.backend().keyspace.keys(lock_name).lock
+    assert [m.client().exists(key) for m in masters[3:]] == [0, 0]
+
+
+def test_a_master_restarted_empty_does_not_lose_a_renewed_lock(
+    masters: list[Master], manager: LockManager, lock_name: str
+) -> None:
+    holder = manager.lock(lock_name, ttl=1.0, owner="holder", raise_on_lost=False)
+    assert holder.acquire()
+    masters[1].restart_empty()
+    time.sleep(1.5)  # more than a lease: renewals on the other four keep it
+    assert not holder.lost and holder.owned()
+    assert not manager.lock(lock_name, owner="other").acquire(blocking=False)
+    # Two more restarted: only two masters still have the key, fewer than a majority.
+    masters[2].restart_empty()
+    masters[4].restart_empty()
+    deadline = time.monotonic() + 3
+    while not holder.lost:
+        assert time.monotonic() < deadline, "losing the majority was not noticed"
+        time.sleep(0.05)
+    manager.force_release(lock_name)
+
+
+def test_contenders_with_split_votes_all_progress(
+    manager: LockManager, lock_name: str
+) -> None:
+    barrier = threading.Barrier(10)
+    winners: list[str] = []
+    done: list[float] = []
+
+    def contend(i: int) -> None:
+        lock = manager.lock(lock_name, owner=f"c{i}", auto_renew=False)
+        barrier.wait(5)
+        if lock.acquire(blocking=False):
+            winners.append(f"c{i}")
+        barrier.wait(5)
+        if winners and winners[0] == f"c{i}":
+            lock.release()
+        assert lock.acquire(timeout=20)  # blocking: everyone gets it in the end
+        lock.release()
+        done.append(time.monotonic())
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert len(winners) <= 1
+    assert len(done) == 10
+
+
+def test_async_with_two_masters_paused(
+    masters: list[Master], manager: LockManager, lock_name: str
+) -> None:
+    async def scenario() -> None:
+        async with manager.lock(lock_name + ":warm", auto_renew=False):
+            pass
+        masters[1].pause()
+        masters[2].pause()
+        holder = manager.lock(lock_name, owner="holder", auto_renew=False)
+        started = time.monotonic()
+        assert await holder.aacquire(blocking=False)
+        assert time.monotonic() - started < 0.5
+        assert not await manager.lock(lock_name, owner="x").aacquire(blocking=False)
+        info = await manager.aget(lock_name)
+        assert info is not None and info.owner == "holder" and not info.fencing_monotonic
+        assert await holder.arelease() == 0
+
+    asyncio.run(scenario())
+
+
+def test_checks_refuse_one_server_twice_and_warn_about_the_count(
+    masters: list[Master],
+) -> None:
+    same = [masters[0].url, masters[0].url.replace("/0", "/1"), masters[1].url]
+    with override_settings(REDISLOCK_REDLOCK_CACHES=same):
+        ids = [m.id for m in check_server()]
+        assert "django_redislock.E004" in ids
+    with override_settings(REDISLOCK_REDLOCK_CACHES=[m.url for m in masters[:4]]):
+        assert [m.id for m in check_server()] == ["django_redislock.W005"]
+    with override_settings(REDISLOCK_REDLOCK_CACHES=[m.url for m in masters]):
+        assert check_server() == []
+        masters[2].pause()
+        try:
+            messages = check_server()
+        finally:
+            masters[2].resume()
+        assert [m.id for m in messages] == ["django_redislock.W006"]
+    with override_settings(REDISLOCK_REDLOCK_CACHES="redis://127.0.0.1:1/0"):
+        assert [m.id for m in check_settings()] == ["django_redislock.E001"]
