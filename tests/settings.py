@@ -1,5 +1,7 @@
 """Django settings for the test suite: a real redis-server behind both cache backends."""
 
+import os
+
 from tests.redis_server import ensure_server
 
 REDIS_URL = ensure_server()
@@ -63,3 +65,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_redislock": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# Child processes of the Redlock tests lock over the parent's masters.
+if os.environ.get("REDISLOCK_TEST_REDLOCK"):
+    REDISLOCK_REDLOCK_CACHES = os.environ["REDISLOCK_TEST_REDLOCK"].split(",")

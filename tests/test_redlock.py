@@ -8,18 +8,26 @@ listing, async with, no lost update) is in tests/test_engines.py.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import redis
+from django.conf import settings
 from django.test import override_settings
 
 from django_redislock import LockManager
 from django_redislock.checks import check_server, check_settings
 from django_redislock.engine.quorum import QuorumNotReached
 from tests.redlock_servers import Master, shared_masters
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -172,3 +180,32 @@ def test_checks_refuse_one_server_twice_and_warn_about_the_count(
         assert [m.id for m in messages] == ["django_redislock.W006"]
     with override_settings(REDISLOCK_REDLOCK_CACHES="redis://127.0.0.1:1/0"):
         assert [m.id for m in check_settings()] == ["django_redislock.E001"]
+
+
+@pytest.mark.slow
+def test_processes_lose_no_update(masters: list[Master], lock_name: str) -> None:
+    store = redis.Redis.from_url(settings.REDIS_URL)  # the data the lock guards
+    counter, inside = f"{lock_name}:counter", f"{lock_name}:inside"
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        PYTHONPATH=str(ROOT),
+        REDISLOCK_TEST_REDLOCK=",".join(m.url for m in masters),
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.proc", "count", lock_name, "40", counter, inside],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [out.split()[-2:] for out in outputs] == [["done", "0"]] * 4
+    assert int(store.get(counter) or 0) == 4 * 40
