@@ -112,8 +112,9 @@ def decide_acquire(
     Granted by a majority within a useful validity: the grant, with the largest
     token and hold count the masters gave (re-entries carry the client's count,
     so the counts agree). Otherwise undo everywhere; the reply is "held" with the
-    holder's shortest remaining lease when a majority names a holder, else a
-    short random backoff (a split vote: nobody holds it, contenders spread out).
+    holder's shortest remaining lease when a majority names a holder and none
+    granted, else a short random backoff: a split vote (contenders spread out),
+    or a lock in transition (a release that reached some masters first).
     When too few masters answered to decide, the outcome carries a
     :class:`QuorumNotReached` to raise once whatever was granted is undone.
     """
@@ -132,7 +133,7 @@ def decide_acquire(
             return AcquireOutcome(fence, False)
         return AcquireOutcome([fence, count], False)
     held = [a.value for a in attempts if not a.held]
-    if len(held) >= quorum(masters):
+    if not grants and len(held) >= quorum(masters):
         leases = [p for p in held if p >= 0]
         pttl = min(leases) if leases else -1
     else:

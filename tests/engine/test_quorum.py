@@ -48,8 +48,17 @@ def test_a_split_vote_is_undone_and_backs_off_briefly() -> None:
 
 
 def test_a_majority_holder_gives_its_shortest_lease_as_the_hint() -> None:
-    outcome = decide_acquire([-2 - 900, -2 - 500, -2 - 700, 5, LOST], 30_000, 1.0)
+    outcome = decide_acquire([-2 - 900, -2 - 500, -2 - 700, -2 - 800, LOST], 30_000, 1.0)
     assert outcome.undo and outcome.reply == -2 - 500
+
+
+def test_a_lock_in_transition_is_asked_again_soon() -> None:
+    """A release that reached one master first: a waiter poked by it gets that grant
+    and "held" from the rest; it asks again after a short backoff, not the lease."""
+    outcome = decide_acquire(
+        [5, -2 - 900, -2 - 500, -2 - 700, -2 - 800], 30_000, 1.0, backoff=lambda a, b: 9
+    )
+    assert outcome.undo and outcome.reply == -2 - 9
 
 
 def test_a_grant_whose_validity_is_eaten_is_undone() -> None:

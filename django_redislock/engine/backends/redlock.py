@@ -5,10 +5,12 @@ backends and sends each to every master at once; :mod:`..quorum` decides what th
 replies mean. Only the I/O is here:
 
 * **Scatter/gather on one thread.** The call is written on one connection per
-  master, then the replies are read as they arrive, until enough have come to
-  decide or the per-master timeout (a small share of the lease) ran out. A
-  connection whose reply was not read is dropped, so nobody reads a stale reply
-  later. The asyncio backend does the same with one task per master.
+  master, then the replies are read as they arrive, until all came or the
+  per-master timeout (a small share of the lease) ran out. A connection whose
+  reply was not read is dropped, so nobody reads a stale reply later, and its
+  master is left out of the next calls for a backoff (so a paused master costs
+  one timeout per backoff, not one per call). The asyncio backend does the same
+  with one task per master.
 * **Connections that cannot hang on a dead master.** Each master's client is
   rebuilt from the configured one with RESP2, no ``CLIENT SETINFO`` and socket
   timeouts of at most a second: a paused master's kernel still accepts the TCP
@@ -68,6 +70,14 @@ from .cluster import NodePicker
 #: The most a master's connection waits on a socket (s): bounds a handshake with
 #: a paused master and the read of a reply that started to arrive.
 MAX_SOCKET_TIMEOUT = 1.0
+#: A master that did not answer in time is left out of the next calls for this
+#: long (s), doubling while it keeps failing, up to DOWN_BACKOFF_MAX: a paused
+#: master never accepts the connections made to it, and a new one per call would
+#: fill its listen queue, after which every connect waits its full timeout.
+DOWN_BACKOFF = 0.5
+DOWN_BACKOFF_MAX = 8.0
+#: The most a master's client waits for a TCP (or TLS) connection (s); no retries.
+MAX_CONNECT_TIMEOUT = 0.25
 #: Per-master timeout of a renewal batch: a base plus this much per call (s).
 BATCH_TIMEOUT = (0.2, 0.0001)
 
@@ -81,26 +91,8 @@ class Plan(NamedTuple):
     sent: Call
     #: Turns the replies (and the round's duration in ms) into the answer.
     combine: Combine
-    #: Whether enough replies came to decide without waiting for the rest.
-    enough: Callable[[list[Reply]], bool]
     #: Per-master timeout (s).
     timeout: float
-
-
-def _grants(replies: list[Reply]) -> int:
-    return sum(1 for r in replies if isinstance(r, (int, list)) and _held(r))
-
-
-def _held(reply: Any) -> bool:
-    return not isinstance(reply, int) or reply > 0
-
-
-def _count_at_least(value: int) -> Callable[[list[Reply]], bool]:
-    def enough(replies: list[Reply]) -> bool:
-        ok = sum(1 for r in replies if isinstance(r, int) and r >= value)
-        return ok >= quorum(len(replies))
-
-    return enough
 
 
 def plan(call: Call) -> Plan:
@@ -113,7 +105,6 @@ def plan(call: Call) -> Plan:
         return Plan(
             call._replace(script=rl_acquire_script),
             lambda replies, elapsed: decide_acquire(replies, ttl_ms, elapsed, name=call.name),
-            lambda replies: _grants(replies) >= quorum(len(replies)),
             timeout,
         )
     if script is release_script:
@@ -122,30 +113,26 @@ def plan(call: Call) -> Plan:
         return Plan(
             sent,
             lambda replies, _: decide_count(replies, call.action, call.name),
-            _count_at_least(0),
             timeout,
         )
     if script is cancel_script:
         return Plan(
             call._replace(script=rl_cancel_script),
             lambda replies, elapsed: decide_acquire(replies, 0, elapsed, name=call.name),
-            lambda replies: all(r is not None for r in replies),
             timeout,
         )
     if script in (renew_script, claim_script):
-        return Plan(call, lambda replies, _: decide_renewal(replies), _count_at_least(1), timeout)
+        return Plan(call, lambda replies, _: decide_renewal(replies), timeout)
     if script is extend_script:
         return Plan(
             call,
             lambda replies, _: decide_extend(replies, call.name),
-            _count_at_least(1),
             timeout,
         )
     if script in (force_release_script, force_extend_script):
         return Plan(
             call,
             lambda replies, _: decide_any(replies, call.action, call.name),
-            lambda replies: all(r is not None for r in replies),
             timeout,
         )
     raise ValueError(f"the Redlock backend cannot run {script!r}")  # pragma: no cover
@@ -179,9 +166,12 @@ def master_kwargs(client: Any) -> dict[str, Any]:
         for k, v in client.connection_pool.connection_kwargs.items()
         if k in _KEPT or k.startswith("ssl_")
     }
-    for key in ("socket_timeout", "socket_connect_timeout"):
+    for key, most in (
+        ("socket_timeout", MAX_SOCKET_TIMEOUT),
+        ("socket_connect_timeout", MAX_CONNECT_TIMEOUT),
+    ):
         value = kwargs.get(key)
-        kwargs[key] = MAX_SOCKET_TIMEOUT if value is None else min(value, MAX_SOCKET_TIMEOUT)
+        kwargs[key] = most if value is None else min(value, most)
     kwargs["protocol"] = 2
     kwargs.update(_NO_CLIENT_INFO)
     return kwargs
@@ -213,19 +203,26 @@ def connection_class(client: Any, flavour: Any, kwargs: dict[str, Any]) -> Any:
 def sync_master(client: Any) -> redis.Redis:
     """A master's own blocking client (see :func:`master_kwargs`)."""
     import redis.connection as flavour
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     kwargs = master_kwargs(client)
     cls = connection_class(client, flavour, kwargs)
-    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=cls, **kwargs))
+    pool = redis.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
+    return redis.Redis(connection_pool=pool)
 
 
 def async_master(client: Any) -> redis.asyncio.Redis:
     """A master's own ``redis.asyncio`` client (see :func:`master_kwargs`)."""
     import redis.asyncio.connection as flavour
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
 
     kwargs = master_kwargs(client)
     cls = connection_class(client, flavour, kwargs)
-    pool = redis.asyncio.ConnectionPool(connection_class=cls, max_connections=1000, **kwargs)
+    pool = redis.asyncio.ConnectionPool(
+        connection_class=cls, max_connections=1000, retry=Retry(NoBackoff(), 0), **kwargs
+    )
     return redis.asyncio.Redis.from_pool(pool)
 
 
@@ -252,10 +249,26 @@ class _Redlock:
         self.retention_arg = str(retention_ms).encode()
         self.wait_timeout_ms = wait_timeout_ms
 
+        self._down_until = [0.0] * len(self.clients)
+        self._down_for = [0.0] * len(self.clients)
+
     @property
     def client(self) -> Any:
         """The first master's client (what ``LockManager.client`` shows)."""
         return self.clients[0]
+
+    def _left_out(self, index: int) -> bool:
+        """Whether master *index* is skipped for now (it recently did not answer)."""
+        return self._down_until[index] > time.monotonic()
+
+    def _answered(self, index: int, reply: Any) -> None:
+        """Note whether master *index* answered (None: it did not answer in time)."""
+        if reply is None or isinstance(reply, (OSError, redis.ConnectionError, redis.TimeoutError)):
+            backoff = min(DOWN_BACKOFF_MAX, max(DOWN_BACKOFF, self._down_for[index] * 2))
+            self._down_for[index] = backoff
+            self._down_until[index] = time.monotonic() + backoff
+        else:
+            self._down_for[index] = self._down_until[index] = 0.0
 
     def _merge(
         self, keys: Sequence[str], per_master: list[list[LockInfo] | Exception]
@@ -299,15 +312,13 @@ class RedlockBackend(_Redlock):
         """Run *call* on every master and decide the answer from their replies."""
         steps = plan(call)
         started = time.monotonic()
-        replies = self.scatter_calls(
-            [[steps.sent]] * len(self.clients), steps.timeout, steps.enough
-        )
+        replies = self.scatter_calls([[steps.sent]] * len(self.clients), steps.timeout)
         elapsed = (time.monotonic() - started) * 1000
         outcome = steps.combine([r[0] if isinstance(r, list) else r for r in replies], elapsed)
         if call.script is acquire_script or call.script is cancel_script:
             if outcome.undo:
                 undo = undo_call(call, self.retention_arg)
-                self.scatter_calls([[undo]] * len(self.clients), steps.timeout, _never)
+                self.scatter_calls([[undo]] * len(self.clients), steps.timeout)
             if outcome.error is not None:
                 raise outcome.error
             return outcome.reply
@@ -319,28 +330,32 @@ class RedlockBackend(_Redlock):
         if not calls:
             return []
         timeout = BATCH_TIMEOUT[0] + BATCH_TIMEOUT[1] * len(calls)
-        replies = self.scatter_calls([list(calls)] * len(self.clients), timeout, _never)
+        replies = self.scatter_calls([list(calls)] * len(self.clients), timeout)
         results = []
         for i, call in enumerate(calls):
             column = [r[i] if isinstance(r, list) else r for r in replies]
             results.append(plan(call).combine(column, 0.0))
         return results
 
-    def scatter_calls(
-        self, calls: list[list[Call]], timeout: float, enough: Callable[[list[Reply]], bool]
-    ) -> list[Any]:
+    def scatter_calls(self, calls: list[list[Call]], timeout: float) -> list[Any]:
         """:meth:`scatter` of script calls; a master that did not know a script (it
         restarted empty) loads it and answers again, alone."""
-        commands = [[_command(c) for c in mine] for mine in calls]
-        return self._reload_missing(calls, self.scatter(commands, timeout, enough))
+        made: dict[int, list[tuple[Any, ...]]] = {}  # masters sent the same calls share them
+        commands = [
+            made.setdefault(id(mine), [_command(c) for c in mine])
+            if id(mine) not in made
+            else made[id(mine)]
+            for mine in calls
+        ]
+        return self._reload_missing(calls, self.scatter(commands, timeout))
 
     def scatter(
         self,
         commands: list[list[tuple[Any, ...]]],
         timeout: float,
-        enough: Callable[[list[Reply]], bool],
     ) -> list[Any]:
-        """Send each master its commands at once, then read until *enough* or *timeout*.
+        """Send each master its commands at once, then read until all answered or
+        *timeout* passed.
 
         One entry per master: the list of its replies (an error reply as its
         exception), an exception when the master failed, None when it did not
@@ -348,54 +363,53 @@ class RedlockBackend(_Redlock):
         """
         n = len(self.clients)
         replies: list[Any] = [None] * n
-        firsts: list[Reply] = [None] * n
         conns: list[Any] = [None] * n
-        pending: dict[int, list[Any]] = {}
+        pending: dict[Any, int] = {}  # socket -> master
+        packed: dict[int, Any] = {}  # the same commands are encoded once
         for i, client in enumerate(self.clients):
-            pool = client.connection_pool
+            if self._left_out(i):
+                continue
             try:
-                conn = conns[i] = pool.get_connection()
-                conn.send_packed_command(conn.pack_commands(commands[i]), check_health=False)
-                pending[i] = []
+                conn = conns[i] = client.connection_pool.get_connection()
+                data = packed.get(id(commands[i]))
+                if data is None:
+                    data = packed[id(commands[i])] = conn.pack_commands(commands[i])
+                conn.send_packed_command(data, check_health=False)
+                pending[conn._sock] = i
             except (RedisError, OSError) as exc:
-                replies[i] = firsts[i] = exc
+                replies[i] = exc
         deadline = time.monotonic() + timeout
         try:
-            while pending and not enough(firsts):
-                ready = [i for i in pending if conns[i].can_read(timeout=0)]
-                if not ready:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    socks = {conns[i]._sock: i for i in pending if conns[i]._sock is not None}
-                    readable, _, _ = select.select(list(socks), [], [], remaining)
-                    ready = [socks[s] for s in readable]
-                for i in ready:
-                    got = pending[i]
+            while pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                readable, _, _ = select.select(list(pending), [], [], remaining)
+                for sock in readable:
+                    # A master that started answering is read to the end of its
+                    # replies (the socket timeout bounds a reply cut off midway).
+                    i = pending.pop(sock)
+                    got: list[Any] = []
                     try:
                         while len(got) < len(commands[i]):
                             try:
                                 got.append(conns[i].read_response())
                             except ResponseError as exc:
                                 got.append(exc)
-                            if not conns[i].can_read(timeout=0):
-                                break
                     except (RedisError, OSError) as exc:
-                        replies[i] = firsts[i] = exc
-                        del pending[i]
+                        replies[i] = exc
                         conns[i].disconnect()
                         continue
-                    if len(got) == len(commands[i]):
-                        replies[i] = got
-                        firsts[i] = got[0]
-                        del pending[i]
+                    replies[i] = got
         finally:
             for i, conn in enumerate(conns):
                 if conn is None:
                     continue
-                if i in pending:
+                silent = replies[i] is None
+                if silent:
                     conn.disconnect()  # its reply is still coming: nobody may read it
                 self.clients[i].connection_pool.release(conn)
+                self._answered(i, None if silent else replies[i])
         return replies
 
     def _reload_missing(self, commands: list[list[Call]], replies: list[Any]) -> list[Any]:
@@ -442,7 +456,7 @@ class RedlockBackend(_Redlock):
             return []
         reads = [c for key in keys for c in (("HGETALL", key), ("PTTL", key))]
         timeout = BATCH_TIMEOUT[0] + BATCH_TIMEOUT[1] * len(reads)
-        replies = self.scatter([reads] * len(self.clients), timeout, _never)
+        replies = self.scatter([reads] * len(self.clients), timeout)
         per_master: list[list[LockInfo] | Exception] = []
         for got in replies:
             if not isinstance(got, list):
@@ -504,29 +518,28 @@ class AsyncRedlockBackend(_Redlock):
         """:meth:`RedlockBackend.run`, awaitable."""
         steps = plan(call)
         started = time.monotonic()
-        replies = await self.scatter(steps.sent, steps.timeout, steps.enough)
+        replies = await self.scatter(steps.sent, steps.timeout)
         outcome = steps.combine(replies, (time.monotonic() - started) * 1000)
         if call.script is acquire_script or call.script is cancel_script:
             if outcome.undo:
-                await self.scatter(undo_call(call, self.retention_arg), steps.timeout, _never)
+                await self.scatter(undo_call(call, self.retention_arg), steps.timeout)
             if outcome.error is not None:
                 raise outcome.error
             return outcome.reply
         return outcome
 
-    async def scatter(
-        self, call: Call, timeout: float, enough: Callable[[list[Reply]], bool]
-    ) -> list[Reply]:
+    async def scatter(self, call: Call, timeout: float) -> list[Reply]:
         """:meth:`RedlockBackend.scatter` for one call, with one task per master."""
         replies: list[Reply] = [None] * len(self.clients)
         tasks = {
             asyncio.ensure_future(_evalsha(client, call)): i
             for i, client in enumerate(self.clients)
+            if not self._left_out(i)
         }
         deadline = time.monotonic() + timeout
         pending = set(tasks)
         try:
-            while pending and not enough(replies):
+            while pending:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -539,6 +552,8 @@ class AsyncRedlockBackend(_Redlock):
         finally:
             for task in pending:
                 task.cancel()  # redis.asyncio drops a connection whose command was cancelled
+            for task, i in tasks.items():
+                self._answered(i, None if task in pending else replies[i])
         return replies
 
     async def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
@@ -608,11 +623,6 @@ async def _evalsha(client: Any, call: Call) -> Any:
             return await client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
     except ResponseError as exc:
         return exc
-
-
-def _never(replies: list[Reply]) -> bool:
-    """Wait for every master (up to the timeout)."""
-    return False
 
 
 def _as_dicts(replies: list[Any]) -> list[Any]:
