@@ -15,15 +15,19 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
-from django.test import override_settings
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client, override_settings
 
-from django_redislock import LockManager
+from django_redislock import LockManager, locks, single_instance
 from django_redislock.checks import check_server, check_settings
+from django_redislock.engine.backends.redlock import RedlockBackend
 from django_redislock.engine.quorum import QuorumNotReached
 from tests.redlock_servers import Master, shared_masters
 
@@ -209,3 +213,55 @@ def test_processes_lose_no_update(masters: list[Master], lock_name: str) -> None
             p.kill()
     assert [out.split()[-2:] for out in outputs] == [["done", "0"]] * 4
     assert int(store.get(counter) or 0) == 4 * 40
+
+
+@pytest.fixture
+def on_redlock(masters: list[Master]) -> Iterator[None]:
+    with override_settings(REDISLOCK_REDLOCK_CACHES=[m.url for m in masters]):
+        yield
+
+
+def test_the_default_manager_is_a_quorum_manager(on_redlock: None, lock_name: str) -> None:
+    assert isinstance(locks.backend(), RedlockBackend)
+    assert locks.backend().features.quorum
+    with locks.lock(lock_name) as held:
+        info = locks.get(lock_name)
+        assert info is not None and info.owner == held.owner
+        assert info.fencing_monotonic is False
+
+
+def test_the_management_command_and_a_guarded_function(on_redlock: None, lock_name: str) -> None:
+    holder = locks.lock(lock_name, owner="cli-owner", auto_renew=False)
+    assert holder.acquire()
+    out = StringIO()
+    call_command("redislock", "list", "--prefix", lock_name, stdout=out)
+    assert lock_name in out.getvalue() and "1 lock(s) held" in out.getvalue()
+    out = StringIO()
+    call_command("redislock", "release", lock_name, stdout=out)
+    assert "released" in out.getvalue() and locks.get(lock_name) is None
+
+    @single_instance(lock_name + ":{n}", on_locked="skip")
+    def guarded(n: int) -> str:
+        assert locks.get(f"{lock_name}:{n}") is not None  # held while it runs
+        return "ran"
+
+    assert guarded(1) == "ran"
+    blocker = locks.lock(f"{lock_name}:2", owner="someone else", auto_renew=False)
+    assert blocker.acquire()
+    assert guarded(2) is None  # skipped: held by someone else on a majority
+    blocker.release()
+
+
+@pytest.mark.django_db
+def test_the_admin_lists_and_releases_redlock_locks(on_redlock: None, lock_name: str) -> None:
+    held = [locks.lock(f"{lock_name}:{i}", auto_renew=False) for i in range(3)]
+    for lock in held:
+        assert lock.acquire()
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    response = client.get("/admin/django_redislock/heldlock/", {"q": lock_name})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert all(f"{lock_name}:{i}" in page for i in range(3))
+    for lock in held:
+        lock.release()
