@@ -25,46 +25,21 @@ Results: a table on stdout and JSON in ``benchmarks/results/``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import django  # noqa: E402
 import redis  # noqa: E402
-from django.conf import settings  # noqa: E402
+from scaleout_common import machine, setup, summary, write_result  # noqa: E402
 
-settings.configure(USE_TZ=True, INSTALLED_APPS=[])
-django.setup()
+setup()
 
 from django_redislock import LockManager  # noqa: E402
 from django_redislock.engine.calls import Call  # noqa: E402
 from django_redislock.engine.scripts import renew_script  # noqa: E402
 from tests.redis_cluster import Cluster  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The *q*-th percentile (0-100) of *values*, nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
-
-
-def summary(samples: list[float]) -> dict[str, Any]:
-    """p50/p99 in ms of *samples* (ms)."""
-    return {
-        "p50_ms": round(statistics.median(samples), 4),
-        "p99_ms": round(percentile(samples, 99), 4),
-        "n": len(samples),
-    }
 
 
 def spread_names(manager: LockManager, prefix: str, per_node: int) -> list[str]:
@@ -181,11 +156,7 @@ def main() -> int:
         single = LockManager(client=redis.Redis(port=single_server.port, socket_timeout=5))
         cluster = LockManager(client=cluster_servers.client())
         result = {
-            "machine": {
-                "python": platform.python_version(),
-                "platform": platform.platform(),
-                "redis_py": redis.__version__,
-            },
+            "machine": machine(),
             "uncontended": uncontended(single, cluster, rounds),
             "handoff_cluster": handoff(cluster, handoffs),
             "renewal_round": renewal(cluster, 10_000),
@@ -202,9 +173,8 @@ def main() -> int:
     print(f"hand-off across nodes: p50 {h['p50_ms']:.3f} ms  p99 {h['p99_ms']:.3f} ms")
     r = result["renewal_round"]
     print(f"renewal of {r['locks']} locks over {r['primaries']} primaries: {r['rounds_ms']} ms")
-    out = ROOT / "benchmarks" / "results" / f"cluster-{time.strftime('%Y-%m-%d')}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"({time.time() - started:.0f} s; written to {out.relative_to(ROOT)})")
+    out = write_result("cluster", result)
+    print(f"({time.time() - started:.0f} s; written to {out})")
     return 0
 
 

@@ -24,51 +24,24 @@ Results: a table on stdout and JSON in ``benchmarks/results/``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import django  # noqa: E402
 import redis  # noqa: E402
-from django.conf import settings  # noqa: E402
+from scaleout_common import machine, setup, summary, write_result  # noqa: E402
 
-settings.configure(USE_TZ=True, INSTALLED_APPS=[])
-django.setup()
+setup()
 
 from pottery import Redlock as PotteryRedlock  # noqa: E402
 
 from django_redislock import LockManager  # noqa: E402
 from tests.redlock_servers import Master  # noqa: E402
 
-
 #: Operations per contender in a row before the next takes over (switching after
 #: every operation mostly measures cold caches).
 BATCH = 50
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The *q*-th percentile (0-100) of *values*, nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
-
-
-def summary(samples: list[float]) -> dict[str, Any]:
-    """p50/p99 in ms."""
-    return {
-        "p50_ms": round(statistics.median(samples), 4),
-        "p99_ms": round(percentile(samples, 99), 4),
-        "n": len(samples),
-    }
 
 
 def timed(op: Callable[[], None]) -> float:
@@ -137,9 +110,9 @@ def handoff(masters: list[Master], rounds: int) -> dict[str, Any]:
         assert holder.acquire()
         got: list[float] = []
         waiter = threading.Thread(
-            target=lambda n=name: (
+            target=lambda n=name, out=got: (
                 manager.lock(n, owner="waiter", auto_renew=False).acquire(timeout=10),
-                got.append(time.perf_counter()),
+                out.append(time.perf_counter()),
             )
         )
         waiter.start()
@@ -161,7 +134,7 @@ def main() -> int:
     started = time.time()
     try:
         result = {
-            "machine": {"python": platform.python_version(), "platform": platform.platform()},
+            "machine": machine(),
             "uncontended": uncontended(masters, rounds),
             "two_of_five_paused": two_paused(masters, paused_rounds),
             "handoff": handoff(masters, handoffs),
@@ -176,9 +149,8 @@ def main() -> int:
     print(f"  {'redlock, 2/5 paused':20} p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms")
     row = result["handoff"]
     print(f"release -> waiter's acquire: p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms")
-    out = ROOT / "benchmarks" / "results" / f"redlock-{time.strftime('%Y-%m-%d')}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"({time.time() - started:.0f} s; written to {out.relative_to(ROOT)})")
+    out = write_result("redlock", result)
+    print(f"({time.time() - started:.0f} s; written to {out})")
     return 0
 
 

@@ -25,33 +25,16 @@ Results: a table on stdout and JSON in ``benchmarks/results/``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import django  # noqa: E402
 import redis  # noqa: E402
-from django.conf import settings  # noqa: E402
+from scaleout_common import machine, setup, summary, write_result  # noqa: E402
 
-settings.configure(USE_TZ=True, INSTALLED_APPS=[], REDISLOCK_WAIT_TIMEOUT=0.5)
-django.setup()
+setup(REDISLOCK_WAIT_TIMEOUT=0.5)
 
 from django_redislock import LockManager  # noqa: E402
 from tests.replication import ReplicatedPair  # noqa: E402
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The *q*-th percentile (0-100) of *values*, nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
 def cost(rounds: int) -> dict[str, Any]:
@@ -73,14 +56,7 @@ def cost(rounds: int) -> dict[str, Any]:
                 samples[w].append((time.perf_counter() - started) * 1000)
     finally:
         pair.stop()
-    return {
-        f"wait_replicas={w}": {
-            "p50_ms": round(statistics.median(v), 4),
-            "p99_ms": round(percentile(v, 99), 4),
-            "n": len(v),
-        }
-        for w, v in samples.items()
-    }
+    return {f"wait_replicas={w}": summary(v) for w, v in samples.items()}
 
 
 def failover_round(wait_replicas: int, lag: float, index: int) -> tuple[bool, bool]:
@@ -128,7 +104,7 @@ def main() -> int:
     cost_rounds, failover_rounds = (2000, 10) if args.quick else (10000, 30)
     started = time.time()
     result = {
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "machine": machine(),
         "cost": cost(cost_rounds),
         "failover": failover(failover_rounds, [0.0, 0.005]),
     }
@@ -141,9 +117,8 @@ def main() -> int:
             f"  {mode:30} second client got the lock {row['second_client_got_it']}/"
             f"{row['rounds']}, next token larger {row['next_token_larger']}/{row['rounds']}"
         )
-    out = ROOT / "benchmarks" / "results" / f"replicas-{time.strftime('%Y-%m-%d')}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"({time.time() - started:.0f} s; written to {out.relative_to(ROOT)})")
+    out = write_result("replicas", result)
+    print(f"({time.time() - started:.0f} s; written to {out})")
     return 0
 
 

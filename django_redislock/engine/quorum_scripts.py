@@ -13,33 +13,21 @@ Keys as in :mod:`.scripts`: lock hash, fence hash, (queue, unused), waiters hash
 
 from __future__ import annotations
 
-from .scripts import ENTRY_LIFE_MS, GRANT_FRAGMENT, Script
+from .scripts import (
+    ENTRY_LIFE_MS,
+    GRANT_FRAGMENT,
+    REENTER_FRAGMENT,
+    RELEASE_HEAD_FRAGMENT,
+    Script,
+)
 
 # ARGV as ACQUIRE: owner, nonce, ttl_ms, meta, now_ms, retention_ms, channel ('' =
 # do not wait), known ('' = unknown holds).  Returns as ACQUIRE: a fresh grant's
 # token, {fence, count} for a re-entry or a repeat, -2 - pttl when held.
 RL_ACQUIRE = (
     GRANT_FRAGMENT
+    + REENTER_FRAGMENT
     + r"""
-local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
-if h[1] == owner then
-  if h[2] == nonce then return {h[3], h[4]} end
-  local c
-  if ARGV[8] and ARGV[8] ~= '' then
-    c = tonumber(ARGV[8]) + 1
-    redis.call('HSET', L, 'count', c, 'op', nonce)
-  else
-    c = redis.call('HINCRBY', L, 'count', 1)
-    redis.call('HSET', L, 'op', nonce)
-  end
-  local want = tonumber(ttl)
-  if want > 0 then
-    local p = redis.call('PTTL', L)
-    if p >= 0 and p < want then redis.call('PEXPIRE', L, want) end
-  end
-  return {h[3], c}
-end
 if not h[1] then
   return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], ARGV[6]))
 end
@@ -56,22 +44,12 @@ return -2 - redis.call('PTTL', L)
 # holds left (0 = released), -1 when not owned; the nonce makes a repeat count
 # once. At 0 the waiters recorded here are poked, unless 'quiet' (giving back a
 # grant that did not reach a majority: nobody is waiting for that).
-RL_RELEASE = r"""
+RL_RELEASE = (
+    r"""
 local L, F, E = KEYS[1], KEYS[2], KEYS[4]
-local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
-local h = redis.call('HMGET', L, 'owner', 'rel', 'count')
-if h[1] ~= owner then
-  if redis.call('HGET', F, 'rel') == nonce then return 0 end
-  return -1
-end
-if h[2] == nonce then return tonumber(h[3]) end
-local c = tonumber(h[3]) - 1
-if ARGV[4] == 'all' then c = 0 end
-if c > 0 then
-  redis.call('HDEL', L, 'rel')
-  redis.call('HSET', L, 'count', c, 'rel', nonce)
-  return c
-end
+"""
+    + RELEASE_HEAD_FRAGMENT
+    + r"""
 redis.call('DEL', L)
 if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
 if ARGV[5] ~= 'quiet' then
@@ -91,6 +69,7 @@ if ARGV[5] ~= 'quiet' then
 end
 return 0
 """
+)
 
 # ARGV: owner, nonce, retention_ms.  A waiter gives up: its record goes. As CANCEL:
 # {fence, count} when this very acquire holds the lock here, else -1.

@@ -126,9 +126,9 @@ _QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 # Returns (see decode_attempt): the fencing token (> 0) for a fresh grant,
 # {fence, count} when the caller already held it, -2 - pttl_ms (<= -1) when held.
 # A hash with no owner field under our prefix is treated as free.
-ACQUIRE = (
-    _GRANT
-    + r"""
+# The start of every acquire script (one Redis or a Redlock master): the owner's
+# repeat (same nonce) or re-entry, answered {fence, count}.
+_REENTER = r"""
 local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
 if h[1] == owner then
@@ -152,6 +152,12 @@ if h[1] == owner then
   end
   return {h[3], c}
 end
+"""
+
+ACQUIRE = (
+    _GRANT
+    + _REENTER
+    + r"""
 local retention = ARGV[6]
 if not h[1] and redis.call('EXISTS', Q) == 0 then
   return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], retention))
@@ -189,9 +195,9 @@ return -2 - redis.call('PTTL', L)
 # Returns the remaining hold count (0 = released), or -1 when not owned.
 # The nonce makes a retried release (after a lost reply) count once. With "all",
 # every hold of the owner is released at once.
-RELEASE = (
-    _GRANT
-    + r"""
+# The start of every release script (one Redis or a Redlock master): not owned, a
+# repeat (same nonce), or a partial release; what follows frees the lock (c == 0).
+_RELEASE_HEAD = r"""
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
 local h = redis.call('HMGET', L, 'owner', 'rel', 'count')
 if h[1] ~= owner then
@@ -209,6 +215,12 @@ if c > 0 then
   redis.call('HSET', L, 'count', c, 'rel', nonce)
   return c
 end
+"""
+
+RELEASE = (
+    _GRANT
+    + _RELEASE_HEAD
+    + r"""
 if redis.call('EXISTS', Q) == 0 then
   redis.call('DEL', L)
   if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
@@ -341,6 +353,8 @@ cancel_script = Script("cancel", CANCEL)
 force_release_script = Script("force_release", FORCE_RELEASE)
 force_extend_script = Script("force_extend", FORCE_EXTEND)
 
-#: The Lua that grants a lock (token, hash fields, lease), for other script families
-#: (the Redlock scripts) to build on.
+#: The Lua that grants a lock (token, hash fields, lease), and the start of an
+#: acquire (a repeat or a re-entry), for other script families (Redlock) to build on.
 GRANT_FRAGMENT = _GRANT
+REENTER_FRAGMENT = _REENTER
+RELEASE_HEAD_FRAGMENT = _RELEASE_HEAD

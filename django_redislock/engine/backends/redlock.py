@@ -243,7 +243,9 @@ class _Redlock:
     ) -> None:
         if len(clients) < 1:
             raise ValueError("a Redlock needs at least one master")
-        self.clients = list(clients)
+        #: Each master's own client (see :func:`master_kwargs`).
+        self.clients = [self._own_client(c) for c in clients]
+        self._picker = NodePicker(lambda: [(str(i), c) for i, c in enumerate(self.clients)])
         self.keyspace = keyspace
         self.retention_ms = retention_ms
         self.retention_arg = str(retention_ms).encode()
@@ -251,6 +253,22 @@ class _Redlock:
 
         self._down_until = [0.0] * len(self.clients)
         self._down_for = [0.0] * len(self.clients)
+
+    @staticmethod
+    def _own_client(client: Any) -> Any:
+        raise NotImplementedError  # pragma: no cover
+
+    @staticmethod
+    def _returns_grant(call: Call) -> bool:
+        """Whether *call* may have granted the lock (and so may need undoing)."""
+        return call.script is acquire_script or call.script is cancel_script
+
+    @staticmethod
+    def _settled(outcome: Any) -> Any:
+        """The reply of a settled acquire/cancel outcome (raising its error, if any)."""
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.reply
 
     @property
     def client(self) -> Any:
@@ -294,19 +312,11 @@ class _Redlock:
 class RedlockBackend(_Redlock):
     """A blocking Redlock backend over N ``redis.Redis`` clients."""
 
-    def __init__(
-        self,
-        clients: Sequence[Any],
-        keyspace: KeySpace,
-        retention_ms: int,
-        *,
-        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
-    ) -> None:
-        own = [sync_master(c) for c in clients]
-        super().__init__(own, keyspace, retention_ms, wait_timeout_ms=wait_timeout_ms)
-        for client in own:
-            make_fork_safe(client)
-        self._picker = NodePicker(lambda: [(str(i), c) for i, c in enumerate(self.clients)])
+    @staticmethod
+    def _own_client(client: Any) -> Any:
+        own = sync_master(client)
+        make_fork_safe(own)
+        return own
 
     def run(self, call: Call) -> Any:
         """Run *call* on every master and decide the answer from their replies."""
@@ -315,13 +325,11 @@ class RedlockBackend(_Redlock):
         replies = self.scatter_calls([[steps.sent]] * len(self.clients), steps.timeout)
         elapsed = (time.monotonic() - started) * 1000
         outcome = steps.combine([r[0] if isinstance(r, list) else r for r in replies], elapsed)
-        if call.script is acquire_script or call.script is cancel_script:
+        if self._returns_grant(call):
             if outcome.undo:
                 undo = undo_call(call, self.retention_arg)
                 self.scatter_calls([[undo]] * len(self.clients), steps.timeout)
-            if outcome.error is not None:
-                raise outcome.error
-            return outcome.reply
+            return self._settled(outcome)
         return outcome
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
@@ -501,18 +509,8 @@ class RedlockBackend(_Redlock):
 class AsyncRedlockBackend(_Redlock):
     """An asyncio Redlock backend over N ``redis.asyncio`` clients (one event loop)."""
 
-    def __init__(
-        self,
-        clients: Sequence[Any],
-        keyspace: KeySpace,
-        retention_ms: int,
-        *,
-        wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
-    ) -> None:
-        own = [async_master(c) for c in clients]
-        super().__init__(own, keyspace, retention_ms, wait_timeout_ms=wait_timeout_ms)
-        self._hub: AsyncWakeHub | None = None
-        self._picker = NodePicker(lambda: [(str(i), c) for i, c in enumerate(self.clients)])
+    _hub: AsyncWakeHub | None = None
+    _own_client = staticmethod(async_master)
 
     async def run(self, call: Call) -> Any:
         """:meth:`RedlockBackend.run`, awaitable."""
@@ -520,12 +518,10 @@ class AsyncRedlockBackend(_Redlock):
         started = time.monotonic()
         replies = await self.scatter(steps.sent, steps.timeout)
         outcome = steps.combine(replies, (time.monotonic() - started) * 1000)
-        if call.script is acquire_script or call.script is cancel_script:
+        if self._returns_grant(call):
             if outcome.undo:
                 await self.scatter(undo_call(call, self.retention_arg), steps.timeout)
-            if outcome.error is not None:
-                raise outcome.error
-            return outcome.reply
+            return self._settled(outcome)
         return outcome
 
     async def scatter(self, call: Call, timeout: float) -> list[Reply]:
