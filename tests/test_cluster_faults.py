@@ -239,3 +239,37 @@ def _renewed_since(manager: LockManager, name: str, moment: float) -> bool:
         and info.ttl is not None
         and info.ttl > 6 - (time.monotonic() - moment) + 0.5
     )
+
+
+@pytest.mark.slow
+def test_a_confirmed_grant_survives_a_primary_killed_right_after_it() -> None:
+    """wait_replicas=1 on a cluster: the primary is SIGKILLed the moment acquire()
+    returns, with no wait for replication; the promoted replica still has the lock,
+    so another client is refused, and the next token is larger."""
+    own = Cluster()  # this test kills a primary: not the shared cluster
+    try:
+        manager = LockManager(client=own.client(socket_timeout=2, socket_connect_timeout=1))
+        name = f"failover-wait:{uuid.uuid4().hex[:8]}"
+        holder = manager.lock(name, ttl=30, wait_replicas=1, auto_renew=False)
+        assert holder.acquire(blocking=False)
+        token = holder.fencing_token
+        slot = _slot_of(manager, name)
+        primary = own.server_for_slot(slot)
+        primary.process.send_signal(signal.SIGKILL)
+        primary.process.wait(5)
+        wait_until(lambda: own.server_for_slot(slot) is not primary, 15, "the failover")
+        other = manager.lock(name, owner="other", auto_renew=False)
+
+        def refused() -> bool:
+            try:
+                return not other.acquire(blocking=False)
+            except LockBackendError:
+                return False  # the slot is still moving to the promoted replica
+
+        wait_until(refused, 10, "the promoted replica to refuse the other client")
+        assert manager.force_release(name)
+        assert other.acquire(blocking=False)
+        assert other.fencing_token is not None and token is not None
+        assert other.fencing_token > token
+    finally:
+        own.stop()
