@@ -33,12 +33,15 @@ DRIFT_MS = 2
 #: A grant is kept only if at least this share of the lease is still valid.
 MIN_VALIDITY_FACTOR = 0.5
 #: How long each master may take to answer one call (ms), as a share of the
-#: lease, within bounds: the Redlock paper's 5-50 ms for a 10 s lease.
+#: lease, within bounds. The Redlock paper suggests 5-50 ms for a 10 s lease; the
+#: floor is higher here so that a busy machine (a garbage collection, a loaded
+#: core) does not count as a failed master, and the validity check keeps even the
+#: longest round far inside the lease.
 NODE_TIMEOUT_FACTOR = 0.01
-NODE_TIMEOUT_MIN_MS = 5.0
-NODE_TIMEOUT_MAX_MS = 50.0
-#: Node timeout of calls without a lease (releases, operator actions).
-DEFAULT_NODE_TIMEOUT_MS = 50.0
+NODE_TIMEOUT_MIN_MS = 20.0
+NODE_TIMEOUT_MAX_MS = 100.0
+#: Node timeout of calls without a lease (releases, renewals, operator actions).
+DEFAULT_NODE_TIMEOUT_MS = 100.0
 #: After a split vote, contenders wait a random 5-50 ms before asking again.
 SPLIT_BACKOFF_MS = (5, 50)
 

@@ -25,9 +25,9 @@ def test_quorum_sizes() -> None:
 
 
 def test_node_timeout_and_validity() -> None:
-    assert node_timeout_ms(10_000) == 50.0  # capped
-    assert node_timeout_ms(1_000) == 10.0
-    assert node_timeout_ms(100) == 5.0  # floor
+    assert node_timeout_ms(30_000) == 100.0  # capped
+    assert node_timeout_ms(5_000) == 50.0
+    assert node_timeout_ms(1_000) == 20.0  # floor
     assert validity_ms(10_000, 30) == 10_000 - 30 - 102
     assert validity_ms(0, 30) == float("inf")
 
