@@ -30,8 +30,9 @@ from .connection import (
     resolve_client,
     sync_twin,
 )
+from .engine.backends.aredlock import AsyncRedlockBackend
 from .engine.backends.cluster import AsyncClusterBackend, ClusterBackend
-from .engine.backends.redlock import AsyncRedlockBackend, RedlockBackend
+from .engine.backends.redlock import RedlockBackend
 from .engine.backends.single import AsyncSingleBackend, SingleBackend
 from .engine.keys import KeySpace
 from .engine.validate import to_millis, validate_seconds

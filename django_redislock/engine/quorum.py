@@ -22,10 +22,21 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..exceptions import LockBackendError
-from .calls import decode_attempt
+from .calls import Call, decode_attempt
+from .quorum_scripts import rl_acquire_script, rl_cancel_script, rl_release_script
+from .scripts import (
+    acquire_script,
+    cancel_script,
+    claim_script,
+    extend_script,
+    force_extend_script,
+    force_release_script,
+    release_script,
+    renew_script,
+)
 
 #: The clock drift allowance: this share of the lease, plus DRIFT_MS.
 DRIFT_FACTOR = 0.01
@@ -207,3 +218,74 @@ def decide_snapshot(snapshots: Sequence[Any | None], masters: int) -> Any | None
             tokens = [s.fencing_token for s in group if s.fencing_token is not None]
             return replace(shortest, fencing_token=max(tokens) if tokens else None)
     return None
+
+
+# -- how each call runs on the masters ---------------------------------------------
+
+Combine = Callable[[list[Reply], float], Any]
+
+
+class Plan(NamedTuple):
+    """How one call runs on the masters."""
+
+    #: What each master is sent.
+    sent: Call
+    #: Turns the replies (and the round's duration in ms) into the answer.
+    combine: Combine
+    #: Per-master timeout (s).
+    timeout: float
+
+
+def plan(call: Call) -> Plan:
+    """How *call* (a call the flows or the manager made) runs on a quorum of masters."""
+    script, args = call.script, call.args
+    timeout = DEFAULT_NODE_TIMEOUT_MS / 1000
+    if script is acquire_script:
+        ttl_ms = int(args[2])
+        timeout = node_timeout_ms(ttl_ms) / 1000
+        return Plan(
+            call._replace(script=rl_acquire_script),
+            lambda replies, elapsed: decide_acquire(replies, ttl_ms, elapsed, name=call.name),
+            timeout,
+        )
+    if script is release_script:
+        everything = args[3] if len(args) > 3 else b""
+        sent = call._replace(script=rl_release_script, args=(*args[:3], everything, b""))
+        return Plan(
+            sent,
+            lambda replies, _: decide_count(replies, call.action, call.name),
+            timeout,
+        )
+    if script is cancel_script:
+        return Plan(
+            call._replace(script=rl_cancel_script),
+            lambda replies, elapsed: decide_acquire(replies, 0, elapsed, name=call.name),
+            timeout,
+        )
+    if script in (renew_script, claim_script):
+        return Plan(call, lambda replies, _: decide_renewal(replies), timeout)
+    if script is extend_script:
+        return Plan(
+            call,
+            lambda replies, _: decide_extend(replies, call.name),
+            timeout,
+        )
+    if script in (force_release_script, force_extend_script):
+        return Plan(
+            call,
+            lambda replies, _: decide_any(replies, call.action, call.name),
+            timeout,
+        )
+    raise ValueError(f"the Redlock backend cannot run {script!r}")  # pragma: no cover
+
+
+def undo_call(call: Call, retention_arg: bytes) -> Call:
+    """Gives back, on every master, what an acquire that did not reach a majority got."""
+    owner, nonce = call.args[0], call.args[1]
+    return Call(
+        rl_release_script,
+        call.keys,
+        (owner, nonce, retention_arg, b"", b"quiet"),
+        "give back a lock that did not reach a majority",
+        call.name,
+    )

@@ -1,4 +1,5 @@
-"""Redlock: one lock over N independent Redis masters (the sync and the asyncio backend).
+"""Redlock: one lock over N independent Redis masters (the blocking backend, and what
+the asyncio one in :mod:`.aredlock` shares).
 
 The backend receives the same :class:`~..calls.Call` objects as the one-server
 backends and sends each to every master at once; :mod:`..quorum` decides what the
@@ -11,222 +12,53 @@ replies mean. Only the I/O is here:
   master is left out of the next calls for a backoff (so a paused master costs
   one timeout per backoff, not one per call). The asyncio backend does the same
   with one task per master.
-* **Connections that cannot hang on a dead master.** Each master's client is
-  rebuilt from the configured one with RESP2, no ``CLIENT SETINFO`` and socket
-  timeouts of at most a second: a paused master's kernel still accepts the TCP
-  connection, and a connect that waits for a handshake reply would block.
+* **Connections that cannot hang on a dead master**: see :mod:`.masters`.
 * **No queue.** Waiters are recorded per master and poked by the release; see
   :mod:`..quorum_scripts`. Waiting is therefore not first come, first served.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import inspect
 import select
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import redis
-import redis.asyncio
-import redis.connection
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from ..awakeup import AsyncWakeHub
 from ..calls import Call
 from ..info import LockInfo
 from ..keys import KeySpace
 from ..quorum import (
-    DEFAULT_NODE_TIMEOUT_MS,
     QuorumNotReached,
-    Reply,
-    decide_acquire,
-    decide_any,
-    decide_count,
-    decide_extend,
-    decide_renewal,
     decide_snapshot,
-    node_timeout_ms,
+    plan,
     quorum,
+    undo_call,
 )
-from ..quorum_scripts import rl_acquire_script, rl_cancel_script, rl_release_script
 from ..scripts import (
     acquire_script,
     cancel_script,
-    claim_script,
-    extend_script,
-    force_extend_script,
-    force_release_script,
-    release_script,
-    renew_script,
 )
 from ..wakeup import WakeHub, hub_for
 from . import server
 from .base import DEFAULT_WAIT_TIMEOUT_MS, BackendFeatures, backend_error, make_fork_safe
 from .cluster import NodePicker
+from .masters import sync_master
 
-#: The most a master's connection waits on a socket (s): bounds a handshake with
-#: a paused master and the read of a reply that started to arrive.
-MAX_SOCKET_TIMEOUT = 1.0
 #: A master that did not answer in time is left out of the next calls for this
 #: long (s), doubling while it keeps failing, up to DOWN_BACKOFF_MAX: a paused
 #: master never accepts the connections made to it, and a new one per call would
 #: fill its listen queue, after which every connect waits its full timeout.
 DOWN_BACKOFF = 0.5
 DOWN_BACKOFF_MAX = 8.0
-#: The most a master's client waits for a TCP (or TLS) connection (s); no retries.
-MAX_CONNECT_TIMEOUT = 0.25
 #: Per-master timeout of a renewal batch: a base plus this much per call (s).
 BATCH_TIMEOUT = (0.2, 0.0001)
 
-Combine = Callable[[list[Reply], float], Any]
 
-
-class Plan(NamedTuple):
-    """How one call runs on the masters."""
-
-    #: What each master is sent.
-    sent: Call
-    #: Turns the replies (and the round's duration in ms) into the answer.
-    combine: Combine
-    #: Per-master timeout (s).
-    timeout: float
-
-
-def plan(call: Call) -> Plan:
-    """How *call* (a call the flows or the manager made) runs on a quorum of masters."""
-    script, args = call.script, call.args
-    timeout = DEFAULT_NODE_TIMEOUT_MS / 1000
-    if script is acquire_script:
-        ttl_ms = int(args[2])
-        timeout = node_timeout_ms(ttl_ms) / 1000
-        return Plan(
-            call._replace(script=rl_acquire_script),
-            lambda replies, elapsed: decide_acquire(replies, ttl_ms, elapsed, name=call.name),
-            timeout,
-        )
-    if script is release_script:
-        everything = args[3] if len(args) > 3 else b""
-        sent = call._replace(script=rl_release_script, args=(*args[:3], everything, b""))
-        return Plan(
-            sent,
-            lambda replies, _: decide_count(replies, call.action, call.name),
-            timeout,
-        )
-    if script is cancel_script:
-        return Plan(
-            call._replace(script=rl_cancel_script),
-            lambda replies, elapsed: decide_acquire(replies, 0, elapsed, name=call.name),
-            timeout,
-        )
-    if script in (renew_script, claim_script):
-        return Plan(call, lambda replies, _: decide_renewal(replies), timeout)
-    if script is extend_script:
-        return Plan(
-            call,
-            lambda replies, _: decide_extend(replies, call.name),
-            timeout,
-        )
-    if script in (force_release_script, force_extend_script):
-        return Plan(
-            call,
-            lambda replies, _: decide_any(replies, call.action, call.name),
-            timeout,
-        )
-    raise ValueError(f"the Redlock backend cannot run {script!r}")  # pragma: no cover
-
-
-def undo_call(call: Call, retention_arg: bytes) -> Call:
-    """Gives back, on every master, what an acquire that did not reach a majority got."""
-    owner, nonce = call.args[0], call.args[1]
-    return Call(
-        rl_release_script,
-        call.keys,
-        (owner, nonce, retention_arg, b"", b"quiet"),
-        "give back a lock that did not reach a majority",
-        call.name,
-    )
-
-
-#: Connection settings a master's own client keeps from the configured client.
-_KEPT = {
-    "host", "port", "path", "db", "username", "password", "credential_provider",
-    "socket_timeout", "socket_connect_timeout", "socket_keepalive",
-    "socket_keepalive_options", "client_name",
-}  # fmt: skip
-
-
-def master_kwargs(client: Any) -> dict[str, Any]:
-    """Connection settings for a Redlock master's own client, from a configured client
-    (its server, credentials, TLS; RESP2, no ``CLIENT SETINFO``, bounded timeouts)."""
-    kwargs = {
-        k: v
-        for k, v in client.connection_pool.connection_kwargs.items()
-        if k in _KEPT or k.startswith("ssl_")
-    }
-    for key, most in (
-        ("socket_timeout", MAX_SOCKET_TIMEOUT),
-        ("socket_connect_timeout", MAX_CONNECT_TIMEOUT),
-    ):
-        value = kwargs.get(key)
-        kwargs[key] = most if value is None else min(value, most)
-    kwargs["protocol"] = 2
-    kwargs.update(_NO_CLIENT_INFO)
-    return kwargs
-
-
-def _no_client_info() -> dict[str, Any]:
-    """The connection option that stops redis-py sending ``CLIENT SETINFO`` on connect
-    (``driver_info`` since redis-py 8; ``lib_name``/``lib_version`` before)."""
-    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters:
-        return {"driver_info": None}
-    return {"lib_name": None, "lib_version": None}
-
-
-_NO_CLIENT_INFO = _no_client_info()
-
-
-def connection_class(client: Any, flavour: Any, kwargs: dict[str, Any]) -> Any:
-    """*flavour*'s (``redis.connection`` or its asyncio twin) connection class matching
-    *client*'s: TCP, TLS or a Unix socket."""
-    name = client.connection_pool.connection_class.__name__
-    if name == "UnixDomainSocketConnection":
-        kwargs.pop("host", None)
-        kwargs.pop("port", None)
-        return flavour.UnixDomainSocketConnection
-    kwargs.pop("path", None)
-    return flavour.SSLConnection if name == "SSLConnection" else flavour.Connection
-
-
-def sync_master(client: Any) -> redis.Redis:
-    """A master's own blocking client (see :func:`master_kwargs`)."""
-    import redis.connection as flavour
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    kwargs = master_kwargs(client)
-    cls = connection_class(client, flavour, kwargs)
-    pool = redis.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
-    return redis.Redis(connection_pool=pool)
-
-
-def async_master(client: Any) -> redis.asyncio.Redis:
-    """A master's own ``redis.asyncio`` client (see :func:`master_kwargs`)."""
-    import redis.asyncio.connection as flavour
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    kwargs = master_kwargs(client)
-    cls = connection_class(client, flavour, kwargs)
-    pool = redis.asyncio.ConnectionPool(
-        connection_class=cls, max_connections=1000, retry=Retry(NoBackoff(), 0), **kwargs
-    )
-    return redis.asyncio.Redis.from_pool(pool)
-
-
-class _Redlock:
+class RedlockBase:
     """What both Redlock backends hold."""
 
     features = BackendFeatures(
@@ -243,7 +75,7 @@ class _Redlock:
     ) -> None:
         if len(clients) < 1:
             raise ValueError("a Redlock needs at least one master")
-        #: Each master's own client (see :func:`master_kwargs`).
+        #: Each master's own client (see :mod:`.masters`).
         self.clients = [self._own_client(c) for c in clients]
         self._picker = NodePicker(lambda: [(str(i), c) for i, c in enumerate(self.clients)])
         self.keyspace = keyspace
@@ -309,7 +141,7 @@ class _Redlock:
         )
 
 
-class RedlockBackend(_Redlock):
+class RedlockBackend(RedlockBase):
     """A blocking Redlock backend over N ``redis.Redis`` clients."""
 
     @staticmethod
@@ -441,13 +273,13 @@ class RedlockBackend(_Redlock):
     def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
         """One SCAN step over the masters one after another (cursor
         ``"<master>:<its cursor>"``); a key is listed by the first master that has it."""
-        index, node_cursor = _scan_position(cursor, len(self.clients))
+        index, node_cursor = scan_position(cursor, len(self.clients))
         try:
             next_cursor, keys = server.scan(self.clients[index], pattern, node_cursor, count)
         except RedisError:
             next_cursor, keys = 0, []  # a master that is down: go on with the next
         keys = [k for k in keys if not self._listed_earlier(k, index)]
-        return _next_position(index, next_cursor, len(self.clients)), [server.text(k) for k in keys]
+        return next_position(index, next_cursor, len(self.clients)), [server.text(k) for k in keys]
 
     def _listed_earlier(self, key: Any, index: int) -> bool:
         for earlier in self.clients[:index]:
@@ -474,7 +306,7 @@ class RedlockBackend(_Redlock):
                 per_master.append(server.snapshots(self.keyspace, keys, _as_dicts(got)))
             except Exception as exc:  # a master whose data cannot be read counts as down
                 per_master.append(exc)
-        return [_mark(info) for info in self._merge(keys, per_master)]
+        return [mark_not_monotonic(info) for info in self._merge(keys, per_master)]
 
     def server_config(self, pattern: str) -> dict[str, str]:
         """``CONFIG GET`` of the first master that answers."""
@@ -506,121 +338,6 @@ class RedlockBackend(_Redlock):
         return hub_for(self._picker, self.keyspace.wake_prefix)
 
 
-class AsyncRedlockBackend(_Redlock):
-    """An asyncio Redlock backend over N ``redis.asyncio`` clients (one event loop)."""
-
-    _hub: AsyncWakeHub | None = None
-    _own_client = staticmethod(async_master)
-
-    async def run(self, call: Call) -> Any:
-        """:meth:`RedlockBackend.run`, awaitable."""
-        steps = plan(call)
-        started = time.monotonic()
-        replies = await self.scatter(steps.sent, steps.timeout)
-        outcome = steps.combine(replies, (time.monotonic() - started) * 1000)
-        if self._returns_grant(call):
-            if outcome.undo:
-                await self.scatter(undo_call(call, self.retention_arg), steps.timeout)
-            return self._settled(outcome)
-        return outcome
-
-    async def scatter(self, call: Call, timeout: float) -> list[Reply]:
-        """:meth:`RedlockBackend.scatter` for one call, with one task per master."""
-        replies: list[Reply] = [None] * len(self.clients)
-        tasks = {
-            asyncio.ensure_future(_evalsha(client, call)): i
-            for i, client in enumerate(self.clients)
-            if not self._left_out(i)
-        }
-        deadline = time.monotonic() + timeout
-        pending = set(tasks)
-        try:
-            while pending:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                done, pending = await asyncio.wait(
-                    pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-                )
-                for task in done:
-                    exc = task.exception()
-                    replies[tasks[task]] = exc if exc is not None else task.result()
-        finally:
-            for task in pending:
-                task.cancel()  # redis.asyncio drops a connection whose command was cancelled
-            for task, i in tasks.items():
-                self._answered(i, None if task in pending else replies[i])
-        return replies
-
-    async def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
-        """:meth:`RedlockBackend.scan_page`, awaitable."""
-        index, node_cursor = _scan_position(cursor, len(self.clients))
-        try:
-            next_cursor, keys = await self.clients[index].scan(
-                node_cursor, match=pattern, count=count
-            )
-        except RedisError:
-            next_cursor, keys = 0, []
-        kept = []
-        for key in keys:
-            earlier = False
-            for client in self.clients[:index]:
-                try:
-                    if await client.exists(key):
-                        earlier = True
-                        break
-                except RedisError:
-                    continue
-            if not earlier:
-                kept.append(server.text(key))
-        return _next_position(index, int(next_cursor), len(self.clients)), kept
-
-    async def load(self, keys: Sequence[str]) -> list[LockInfo]:
-        """:meth:`RedlockBackend.load`, awaitable."""
-        if not keys:
-            return []
-
-        async def one(client: Any) -> list[LockInfo] | Exception:
-            pipe = client.pipeline(transaction=False)
-            server.queue_snapshot_reads(pipe, keys)
-            try:
-                return server.snapshots(
-                    self.keyspace, keys, await pipe.execute(raise_on_error=False)
-                )
-            except Exception as exc:
-                return exc
-
-        per_master = list(await asyncio.gather(*(one(c) for c in self.clients)))
-        return [_mark(info) for info in self._merge(keys, per_master)]
-
-    def hub(self) -> AsyncWakeHub:
-        """The event loop's wake-up hub, subscribed on one master at a time."""
-        if self._hub is None:
-            self._hub = AsyncWakeHub(self._picker, self.keyspace.wake_prefix)
-        return self._hub
-
-    async def aclose(self) -> None:
-        """Stop the hub and close the masters' connections."""
-        if self._hub is not None:
-            await self._hub.aclose()
-        for client in self.clients:
-            try:
-                await client.aclose()
-            except (RedisError, OSError, RuntimeError, asyncio.CancelledError):
-                pass
-
-
-async def _evalsha(client: Any, call: Call) -> Any:
-    try:
-        try:
-            return await client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-        except NoScriptError:
-            await client.script_load(call.script.source)
-            return await client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-    except ResponseError as exc:
-        return exc
-
-
 def _as_dicts(replies: list[Any]) -> list[Any]:
     """Raw ``HGETALL`` replies (flat field/value lists) as the dicts redis-py makes."""
     return [dict(zip(r[::2], r[1::2], strict=True)) if isinstance(r, list) else r for r in replies]
@@ -630,7 +347,7 @@ def _command(call: Call) -> tuple[Any, ...]:
     return ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
 
 
-def _scan_position(cursor: str, masters: int) -> tuple[int, int]:
+def scan_position(cursor: str, masters: int) -> tuple[int, int]:
     """(master index, its SCAN cursor) from an opaque cursor; unreadable: the start."""
     head, _, tail = cursor.partition(":")
     try:
@@ -642,7 +359,7 @@ def _scan_position(cursor: str, masters: int) -> tuple[int, int]:
     return index, node_cursor
 
 
-def _next_position(index: int, node_cursor: int, masters: int) -> str:
+def next_position(index: int, node_cursor: int, masters: int) -> str:
     if node_cursor:
         return f"{index}:{node_cursor}"
     if index + 1 < masters:
@@ -650,9 +367,9 @@ def _next_position(index: int, node_cursor: int, masters: int) -> str:
     return "0"
 
 
-def _mark(info: LockInfo) -> LockInfo:
+def mark_not_monotonic(info: LockInfo) -> LockInfo:
     """A Redlock snapshot: its token comes from one master and is not strictly monotonic."""
     return dataclasses.replace(info, fencing_monotonic=False)
 
 
-__all__ = ["AsyncRedlockBackend", "Plan", "RedlockBackend", "master_kwargs", "plan"]
+__all__ = ["RedlockBackend", "RedlockBase"]
