@@ -5,8 +5,9 @@ One run, five throw-away redis-servers on loopback (plus the first of them as
 "one master"), the contenders interleaved in batches of 50 operations:
 
 1. ``uncontended``: acquire + release of a free lock: our lock on one master, our
-   Redlock over the five, pottery's ``Redlock`` over the same five. Targets: ours
-   at most 2x one master, and faster than pottery.
+   Redlock over the five (also with monotonic fencing, a second round per grant),
+   pottery's ``Redlock`` over the same five. Targets: ours at most 2x one master,
+   and faster than pottery.
 2. ``two paused``: the same for our Redlock with 2 of the 5 masters SIGSTOPped
    (target: no more than a few ms added).
 3. ``handoff``: a waiting thread is woken by the release (a poke from the
@@ -24,6 +25,7 @@ Results: a table on stdout and JSON in ``benchmarks/results/``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -69,7 +71,13 @@ def uncontended(masters: list[Master], rounds: int) -> dict[str, Any]:
     )
     clients = [redis.Redis(port=m.port) for m in masters]
     theirs = PotteryRedlock(key="bench:pottery", masters=clients, auto_release_time=30)
+    monotonic_manager = LockManager(redlock_caches=[m.url for m in masters])
+    monotonic_manager.backend().features = dataclasses.replace(
+        monotonic_manager.backend().features, monotonic_fencing=True
+    )  # as REDISLOCK_REDLOCK_MONOTONIC_FENCING = True does
+    monotonic = monotonic_manager.lock("bench:monotonic", auto_renew=False)
     contenders = {"one master": pair(single), "redlock (ours)": pair(ours)}
+    contenders["redlock, monotonic"] = pair(monotonic)
     contenders["redlock (pottery)"] = pair(theirs)
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for op in contenders.values():
@@ -77,7 +85,7 @@ def uncontended(masters: list[Master], rounds: int) -> dict[str, Any]:
             op()
     names = list(contenders)
     for i in range(rounds // BATCH):
-        for name in names[i % 3 :] + names[: i % 3]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             samples[name] += [timed(contenders[name]) for _ in range(BATCH)]
     return {name: summary(values) for name, values in samples.items()}
 

@@ -38,8 +38,12 @@ DEFAULTS: dict[str, Any] = {
     "REDISLOCK_WAIT_REPLICAS": 0,
     # How long (seconds) to wait for those acknowledgements.
     "REDISLOCK_WAIT_TIMEOUT": 0.5,
-    # Cache aliases of independent Redis masters for quorum locks (reserved).
+    # Cache aliases (or redis:// URLs) of independent Redis masters: when set, the
+    # default manager makes Redlock quorum locks over them.
     "REDISLOCK_REDLOCK_CACHES": [],
+    # Redlock: a second round per fresh grant makes fencing tokens strictly
+    # increasing whatever the masters' clocks do (else they are per master).
+    "REDISLOCK_REDLOCK_MONOTONIC_FENCING": False,
 }
 
 _cache: dict[str, Any] = {}

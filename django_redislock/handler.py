@@ -117,6 +117,7 @@ class BackendSource:
                         redlock_clients(masters),
                         *self._keyspace_and_retention(),
                         **self._backend_options(),
+                        monotonic_fencing=bool(get_setting("REDISLOCK_REDLOCK_MONOTONIC_FENCING")),
                     )
                 if backend is None:
                     if self._client is not None:
@@ -157,6 +158,7 @@ class BackendSource:
                     sync.keyspace,
                     sync.retention_ms,
                     wait_timeout_ms=sync.wait_timeout_ms,
+                    monotonic_fencing=sync.features.monotonic_fencing,
                 )
                 _close_with_loop(loop, backend)
             else:

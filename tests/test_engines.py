@@ -58,6 +58,11 @@ def _redlock() -> Iterator[LockManager]:
     yield LockManager(redlock_caches=[m.url for m in shared_masters()])
 
 
+def _redlock_monotonic() -> Iterator[LockManager]:
+    with override_settings(REDISLOCK_REDLOCK_MONOTONIC_FENCING=True):
+        yield from _redlock()
+
+
 #: Engine name -> a generator of one LockManager on it (set-up before, tear-down after).
 ENGINES: dict[str, Callable[[], Iterator[LockManager]]] = {
     "single": _plain,
@@ -65,6 +70,7 @@ ENGINES: dict[str, Callable[[], Iterator[LockManager]]] = {
     "cluster": _cluster,
     "cluster-wait1": _cluster_wait,
     "redlock": _redlock,
+    "redlock-monotonic": _redlock_monotonic,
 }
 
 

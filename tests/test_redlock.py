@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -265,3 +266,57 @@ def test_the_admin_lists_and_releases_redlock_locks(on_redlock: None, lock_name:
     assert all(f"{lock_name}:{i}" in page for i in range(3))
     for lock in held:
         lock.release()
+
+
+@pytest.mark.slow
+def test_monotonic_tokens_increase_while_masters_come_and_go(
+    masters: list[Master], lock_name: str
+) -> None:
+    with override_settings(REDISLOCK_REDLOCK_MONOTONIC_FENCING=True):
+        manager = LockManager(redlock_caches=[m.url for m in masters])
+        assert manager.backend().features.monotonic_fencing
+        stop = threading.Event()
+
+        def chaos() -> None:
+            rng = random.Random(7)
+            while not stop.is_set():
+                paused = rng.sample(masters, 2)
+                for master in paused:
+                    master.pause()
+                stop.wait(0.05)
+                for master in paused:
+                    master.resume()
+                stop.wait(0.02)
+
+        thread = threading.Thread(target=chaos)
+        thread.start()
+        tokens: list[int] = []
+        try:
+            for i in range(120):
+                lock = manager.lock(lock_name, owner=f"holder-{i}", auto_renew=False)
+                for _ in range(200):  # a round may find a majority out: ask again
+                    try:
+                        if lock.acquire(timeout=2):
+                            break
+                    except QuorumNotReached:
+                        time.sleep(0.01)
+                else:
+                    raise AssertionError("never acquired")
+                assert lock.fencing_token is not None
+                tokens.append(lock.fencing_token)
+                for _ in range(200):
+                    try:
+                        lock.release()
+                        break
+                    except QuorumNotReached:
+                        time.sleep(0.01)
+        finally:
+            stop.set()
+            thread.join(5)
+        assert all(b > a for a, b in zip(tokens, tokens[1:], strict=False)), tokens
+        info_lock = manager.lock(lock_name, owner="last", auto_renew=False)
+        assert info_lock.acquire(timeout=5)
+        info = manager.get(lock_name)
+        assert info is not None and info.fencing_monotonic
+        assert info.fencing_token == info_lock.fencing_token
+        info_lock.release()

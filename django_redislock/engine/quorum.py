@@ -26,7 +26,12 @@ from typing import Any, NamedTuple
 
 from ..exceptions import LockBackendError
 from .calls import Call, decode_attempt
-from .quorum_scripts import rl_acquire_script, rl_cancel_script, rl_release_script
+from .quorum_scripts import (
+    rl_acquire_script,
+    rl_cancel_script,
+    rl_commit_script,
+    rl_release_script,
+)
 from .scripts import (
     acquire_script,
     cancel_script,
@@ -289,3 +294,30 @@ def undo_call(call: Call, retention_arg: bytes) -> Call:
         "give back a lock that did not reach a majority",
         call.name,
     )
+
+
+# -- monotonic fencing: a second round ------------------------------------------------
+
+
+def commit_call(call: Call, reply: Any) -> Call | None:
+    """The second round of monotonic fencing after an acquire answered *reply*: make
+    the fresh grant's token (the largest counter of the majority that granted it)
+    every master's floor. None when there is nothing to commit (no fresh grant: a
+    re-entry keeps its token). Any two majorities share a master, and that master's
+    counter already holds the previous holder's committed token, so each new token
+    is larger than every earlier one, whatever the clocks do."""
+    if not isinstance(reply, int) or reply <= 0:
+        return None
+    owner, nonce = call.args[0], call.args[1]
+    return Call(rl_commit_script, call.keys, (owner, nonce, reply), "commit the token", call.name)
+
+
+def decide_commit(
+    reply: Any, replies: Sequence[Reply], backoff: Callable[[int, int], int] = random.randint
+) -> AcquireOutcome:
+    """The acquire's answer once its commit round came back: the grant when a majority
+    committed, else undo and ask again soon."""
+    committed = sum(1 for r in answered(replies) if int(r) == 1)
+    if committed >= quorum(len(replies)):
+        return AcquireOutcome(reply, False)
+    return AcquireOutcome(-2 - backoff(*SPLIT_BACKOFF_MS), True)

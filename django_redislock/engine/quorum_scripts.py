@@ -80,6 +80,19 @@ if h[1] == ARGV[1] and h[2] == ARGV[2] then return {h[3], h[4]} end
 return -1
 """
 
+# ARGV: owner, nonce, token.  The second round of monotonic fencing: when this very
+# acquire holds the lock here, raise the name's counter to at least *token* and make
+# it the lock's token. Returns 1 when done, 0 when the lock is not this acquire's.
+RL_COMMIT = r"""
+local h = redis.call('HMGET', KEYS[1], 'owner', 'op')
+if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return 0 end
+local c = tonumber(redis.call('HGET', KEYS[2], 'fence')) or 0
+if tonumber(ARGV[3]) > c then redis.call('HSET', KEYS[2], 'fence', ARGV[3]) end
+redis.call('HSET', KEYS[1], 'fence', ARGV[3])
+return 1
+"""
+
 rl_acquire_script = Script("rl_acquire", RL_ACQUIRE)
+rl_commit_script = Script("rl_commit", RL_COMMIT)
 rl_release_script = Script("rl_release", RL_RELEASE)
 rl_cancel_script = Script("rl_cancel", RL_CANCEL)

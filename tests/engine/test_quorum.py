@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from django_redislock.engine.calls import Call
 from django_redislock.engine.info import LockInfo
 from django_redislock.engine.quorum import (
+    AcquireOutcome,
     QuorumNotReached,
+    commit_call,
     decide_acquire,
+    decide_commit,
     decide_count,
     decide_extend,
     decide_renewal,
@@ -16,6 +20,8 @@ from django_redislock.engine.quorum import (
     quorum,
     validity_ms,
 )
+from django_redislock.engine.quorum_scripts import rl_commit_script
+from django_redislock.engine.scripts import acquire_script
 
 LOST = TimeoutError("no answer")
 
@@ -91,3 +97,18 @@ def test_snapshots_merge_by_majority_owner() -> None:
     merged = decide_snapshot([snap("a", 5, 9.0), snap("a", 7, 8.0), snap("a", 6, 9.5), None], 5)
     assert merged is not None and merged.ttl == 8.0 and merged.fencing_token == 7
     assert decide_snapshot([snap("a", 5, 9.0), snap("b", 7, 8.0), None], 3) is None
+
+
+def test_only_a_fresh_grant_is_committed() -> None:
+    call = Call(acquire_script, (b"L", b"F", b"Q", b"E"), ("me", "n1", b"30000"), "acquire")
+    commit = commit_call(call, 1795000000000123)
+    assert commit is not None and commit.script is rl_commit_script
+    assert tuple(commit.args) == ("me", "n1", 1795000000000123)
+    assert commit_call(call, [7, 2]) is None  # a re-entry keeps its token
+    assert commit_call(call, -5) is None
+
+
+def test_a_commit_needs_a_majority() -> None:
+    assert decide_commit(99, [1, 1, 1, 0, LOST]) == AcquireOutcome(99, False)
+    outcome = decide_commit(99, [1, 1, 0, LOST, LOST], backoff=lambda a, b: 11)
+    assert outcome.undo and outcome.reply == -2 - 11

@@ -12,10 +12,10 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from ..awakeup import AsyncWakeHub
 from ..calls import Call
 from ..info import LockInfo
-from ..quorum import Reply, plan, undo_call
+from ..quorum import Reply, decide_commit, plan, undo_call
 from . import server
 from .masters import async_master
-from .redlock import RedlockBase, mark_not_monotonic, next_position, scan_position
+from .redlock import RedlockBase, next_position, scan_position
 
 
 class AsyncRedlockBackend(RedlockBase):
@@ -30,11 +30,14 @@ class AsyncRedlockBackend(RedlockBase):
         started = time.monotonic()
         replies = await self.scatter(steps.sent, steps.timeout)
         outcome = steps.combine(replies, (time.monotonic() - started) * 1000)
-        if self._returns_grant(call):
-            if outcome.undo:
-                await self.scatter(undo_call(call, self.retention_arg), steps.timeout)
-            return self._settled(outcome)
-        return outcome
+        if not self._returns_grant(call):
+            return outcome
+        commit = self._commit_for(call, outcome)
+        if commit is not None:
+            outcome = decide_commit(outcome.reply, await self.scatter(commit, steps.timeout))
+        if outcome.undo:
+            await self.scatter(undo_call(call, self.retention_arg), steps.timeout)
+        return self._settled(outcome)
 
     async def scatter(self, call: Call, timeout: float) -> list[Reply]:
         """:meth:`RedlockBackend.scatter` for one call, with one task per master."""
@@ -103,7 +106,7 @@ class AsyncRedlockBackend(RedlockBase):
                 return exc
 
         per_master = list(await asyncio.gather(*(one(c) for c in self.clients)))
-        return [mark_not_monotonic(info) for info in self._merge(keys, per_master)]
+        return [self._snapshot(info) for info in self._merge(keys, per_master)]
 
     def hub(self) -> AsyncWakeHub:
         """The event loop's wake-up hub, subscribed on one master at a time."""

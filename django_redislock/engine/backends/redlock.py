@@ -33,6 +33,8 @@ from ..info import LockInfo
 from ..keys import KeySpace
 from ..quorum import (
     QuorumNotReached,
+    commit_call,
+    decide_commit,
     decide_snapshot,
     plan,
     quorum,
@@ -61,10 +63,6 @@ BATCH_TIMEOUT = (0.2, 0.0001)
 class RedlockBase:
     """What both Redlock backends hold."""
 
-    features = BackendFeatures(
-        hands_off=False, quorum=True, monotonic_fencing=False, cursor="composite"
-    )
-
     def __init__(
         self,
         clients: Sequence[Any],
@@ -72,9 +70,15 @@ class RedlockBase:
         retention_ms: int,
         *,
         wait_timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS,
+        monotonic_fencing: bool = False,
     ) -> None:
         if len(clients) < 1:
             raise ValueError("a Redlock needs at least one master")
+        #: With monotonic fencing each fresh grant takes a second round (see
+        #: :func:`..quorum.commit_call`); without it tokens are per master.
+        self.features = BackendFeatures(
+            hands_off=False, quorum=True, monotonic_fencing=monotonic_fencing, cursor="composite"
+        )
         #: Each master's own client (see :mod:`.masters`).
         self.clients = [self._own_client(c) for c in clients]
         self._picker = NodePicker(lambda: [(str(i), c) for i, c in enumerate(self.clients)])
@@ -94,6 +98,20 @@ class RedlockBase:
     def _returns_grant(call: Call) -> bool:
         """Whether *call* may have granted the lock (and so may need undoing)."""
         return call.script is acquire_script or call.script is cancel_script
+
+    def _commit_for(self, call: Call, outcome: Any) -> Call | None:
+        """The commit round an acquire's outcome needs (monotonic fencing), if any."""
+        if not self.features.monotonic_fencing or call.script is not acquire_script:
+            return None
+        if outcome.undo or outcome.error is not None:
+            return None
+        return commit_call(call, outcome.reply)
+
+    def _snapshot(self, info: LockInfo) -> LockInfo:
+        """A merged snapshot, marked when its token is not guaranteed to increase."""
+        if self.features.monotonic_fencing:
+            return info
+        return dataclasses.replace(info, fencing_monotonic=False)
 
     @staticmethod
     def _settled(outcome: Any) -> Any:
@@ -156,13 +174,17 @@ class RedlockBackend(RedlockBase):
         started = time.monotonic()
         replies = self.scatter_calls([[steps.sent]] * len(self.clients), steps.timeout)
         elapsed = (time.monotonic() - started) * 1000
-        outcome = steps.combine([r[0] if isinstance(r, list) else r for r in replies], elapsed)
-        if self._returns_grant(call):
-            if outcome.undo:
-                undo = undo_call(call, self.retention_arg)
-                self.scatter_calls([[undo]] * len(self.clients), steps.timeout)
-            return self._settled(outcome)
-        return outcome
+        outcome = steps.combine([_first(r) for r in replies], elapsed)
+        if not self._returns_grant(call):
+            return outcome
+        commit = self._commit_for(call, outcome)
+        if commit is not None:
+            replies = self.scatter_calls([[commit]] * len(self.clients), steps.timeout)
+            outcome = decide_commit(outcome.reply, [_first(r) for r in replies])
+        if outcome.undo:
+            undo = undo_call(call, self.retention_arg)
+            self.scatter_calls([[undo]] * len(self.clients), steps.timeout)
+        return self._settled(outcome)
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Renew a batch on every master at once; each result is 1 only when a majority
@@ -181,12 +203,11 @@ class RedlockBackend(RedlockBase):
         """:meth:`scatter` of script calls; a master that did not know a script (it
         restarted empty) loads it and answers again, alone."""
         made: dict[int, list[tuple[Any, ...]]] = {}  # masters sent the same calls share them
-        commands = [
-            made.setdefault(id(mine), [_command(c) for c in mine])
-            if id(mine) not in made
-            else made[id(mine)]
-            for mine in calls
-        ]
+        commands = []
+        for mine in calls:
+            if id(mine) not in made:
+                made[id(mine)] = [_command(c) for c in mine]
+            commands.append(made[id(mine)])
         return self._reload_missing(calls, self.scatter(commands, timeout))
 
     def scatter(
@@ -306,7 +327,7 @@ class RedlockBackend(RedlockBase):
                 per_master.append(server.snapshots(self.keyspace, keys, _as_dicts(got)))
             except Exception as exc:  # a master whose data cannot be read counts as down
                 per_master.append(exc)
-        return [mark_not_monotonic(info) for info in self._merge(keys, per_master)]
+        return [self._snapshot(info) for info in self._merge(keys, per_master)]
 
     def server_config(self, pattern: str) -> dict[str, str]:
         """``CONFIG GET`` of the first master that answers."""
@@ -367,9 +388,6 @@ def next_position(index: int, node_cursor: int, masters: int) -> str:
     return "0"
 
 
-def mark_not_monotonic(info: LockInfo) -> LockInfo:
-    """A Redlock snapshot: its token comes from one master and is not strictly monotonic."""
-    return dataclasses.replace(info, fencing_monotonic=False)
-
-
-__all__ = ["RedlockBackend", "RedlockBase"]
+def _first(reply: Any) -> Any:
+    """A master's first reply (its only one for a single call)."""
+    return reply[0] if isinstance(reply, list) else reply
