@@ -227,13 +227,17 @@ def _ask(
 ) -> Generator[Effect, Any, tuple[Attempt, NotReplicated | None]]:
     """Run an acquire (or, with *decode*, a claim) *call*; a grant replicas did not
     confirm is given back and reported as "held" for a short, jittered while, with
-    the failure."""
+    the failure.
+
+    A re-entry is kept even when unconfirmed: its owner's first hold was confirmed,
+    and giving one hold back would let the retry's repeated nonce answer for a hold
+    that is no longer there."""
     try:
         return decode((yield from run(call))), None
     except NotReplicated as exc:
         attempt = decode(exc.reply)
-        if not attempt.held:
-            return attempt, None  # nothing was granted: the acknowledgement does not matter
+        if not attempt.held or attempt.holds > 1:
+            return attempt, None  # nothing new was granted: the acknowledgement does not matter
         yield from run(op.undo_call())
         return Attempt(False, op.retry_hint_ms(), 0), exc
 

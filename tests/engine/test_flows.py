@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from django_redislock.engine import driver, flows
-from django_redislock.engine.calls import AmbiguousReply, Attempt, Call
+from django_redislock.engine.calls import AmbiguousReply, Attempt, Call, NotReplicated
 from django_redislock.engine.flows import HUB_READY, SUBSCRIBE, AcquireOp, Listen, Park, Run
 from django_redislock.engine.scripts import acquire_script, cancel_script, release_script
-from django_redislock.exceptions import LockBackendError, LockError
+from django_redislock.exceptions import LockBackendError, LockError, LockNotReplicated
 
 KEYS = (b"rl:{job}", b"rl:fence:{job}", b"rl:queue:{job}", b"rl:waiters:{job}")
 OWNER = "proc:owner"
@@ -1000,3 +1000,55 @@ def test_a_hand_off_found_after_a_long_pause_is_claimed_before_it_is_trusted() -
         clock,
     )
     assert result == Attempt(True, 100, 1, handed=True)
+
+
+# -- replica acknowledgements (Call.replicas, NotReplicated) ------------------------------------
+
+
+def _replicated_op(*, blocking: bool, timeout: float | None, clock: FakeClock) -> AcquireOp:
+    return AcquireOp(
+        KEYS, OWNER, NONCE, TTL, META, RETENTION, NAME,
+        blocking=blocking, timeout=timeout, clock=clock, jitter=lambda: 1.0, replicas=1,
+    )  # fmt: skip
+
+
+def test_an_unconfirmed_grant_is_given_back_and_reported() -> None:
+    flow = flows.acquire(_replicated_op(blocking=False, timeout=None, clock=FakeClock()))
+    call = next(flow)
+    assert call.replicas == 1 and call.script is acquire_script
+    undo = flow.throw(NotReplicated(1795000000000001, 0, 1))
+    assert undo.script is release_script and tuple(undo.args[:2]) == (OWNER, NONCE)
+    with pytest.raises(LockNotReplicated, match="0 of the 1 replicas") as caught:
+        flow.send(1)
+    assert (caught.value.acks, caught.value.required) == (0, 1)
+
+
+def test_an_unconfirmed_reentry_is_kept() -> None:
+    flow = flows.acquire(_replicated_op(blocking=False, timeout=None, clock=FakeClock()))
+    next(flow)
+    with pytest.raises(StopIteration) as done:
+        flow.throw(NotReplicated([b"42", b"2"], 0, 1))
+    assert done.value.value == Attempt(True, 42, 2)
+
+
+def test_a_blocking_acquire_retries_an_unconfirmed_grant_until_it_is_confirmed() -> None:
+    clock = FakeClock()
+    flow = flows.acquire(_replicated_op(blocking=True, timeout=5.0, clock=clock))
+    assert next(flow) is HUB_READY
+    first = flow.send((True, b"chan"))
+    assert first.script is acquire_script
+    undo = flow.throw(NotReplicated(7, 0, 1))
+    assert undo.script is release_script
+    listen = flow.send(1)
+    assert listen == Listen(NONCE)
+    park = flow.send(True)
+    assert isinstance(park, Park) and park.seconds == pytest.approx(0.201)  # ~0.2 s hint
+    clock.now += park.seconds
+    again = flow.send(None)
+    assert again.script is acquire_script
+    claim = flow.send(8)  # confirmed this time; granted after waiting, so it is claimed
+    assert claim.script.name == "claim" and claim.replicas == 1
+    assert tuple(claim.args) == (OWNER, b"1")  # a write, so that WAIT covers the grant
+    with pytest.raises(StopIteration) as done:
+        flow.send(1)
+    assert done.value.value == Attempt(True, 8, 1, handed=True)
