@@ -116,7 +116,10 @@ def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 
 
 def _replication_problems(backend: Any) -> list[checks.CheckMessage]:
-    """E003/W004: REDISLOCK_WAIT_REPLICAS against the replicas Redis has."""
+    """E003/W004: REDISLOCK_WAIT_REPLICAS against the replicas Redis has (not for
+    Redlock, whose majority of masters replaces replica acknowledgements)."""
+    if isinstance(backend, RedlockBackend):
+        return []
     try:
         wanted = validate_replicas(
             get_setting("REDISLOCK_WAIT_REPLICAS"), "REDISLOCK_WAIT_REPLICAS"
