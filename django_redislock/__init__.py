@@ -14,19 +14,35 @@ from typing import Any
 
 from .decorators import single_instance
 from .engine.info import LockInfo
-from .exceptions import LockBackendError, LockError, LockLost, LockNotAcquired, LockNotOwned
+from .exceptions import (
+    LimitMismatch,
+    LockBackendError,
+    LockError,
+    LockLost,
+    LockMismatch,
+    LockNotAcquired,
+    LockNotOwned,
+    LockUpgradeError,
+)
 from .lock import Lock
 from .manager import LockManager, locks
+from .rwlock import ReadWriteLock
+from .semaphore import Semaphore
 
 __all__ = [
+    "LimitMismatch",
     "Lock",
     "LockBackendError",
     "LockError",
     "LockInfo",
     "LockLost",
     "LockManager",
+    "LockMismatch",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockUpgradeError",
+    "ReadWriteLock",
+    "Semaphore",
     "locks",
     "single_instance",
 ]

@@ -207,4 +207,3 @@ def _redlock_problems(backend: Any) -> list[checks.CheckMessage]:
             )
         )
     return problems
-

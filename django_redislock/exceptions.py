@@ -66,8 +66,45 @@ class LockNotReplicated(LockNotAcquired):
     extension stays on the primary but may be lost in a failover.
     """
 
-    def __init__(self, message: str, *, name: str | None = None, acks: int = 0,
-                 required: int = 0) -> None:
+    def __init__(
+        self, message: str, *, name: str | None = None, acks: int = 0, required: int = 0
+    ) -> None:
         super().__init__(message, name=name)
         self.acks = acks
         self.required = required
+
+
+class LockUpgradeError(LockError):
+    """A read-write lock's write hold was asked for by an owner holding a read.
+
+    Upgrading a read to a write would wait for every reader to leave, the asking
+    owner included, so it would never end: release the read first (or take the
+    write first; a writer may take reads).
+    """
+
+
+class LockMismatch(LockError):
+    """A name is in use as another kind of lock (a mutex used as a semaphore, ...).
+
+    ``existing`` is the primitive holding the name (``"mutex"``, ``"semaphore"``
+    or ``"rwlock"``).
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, existing: str = "") -> None:
+        super().__init__(message, name=name)
+        self.existing = existing
+
+
+class LimitMismatch(LockMismatch):
+    """A semaphore was asked for with another ``limit`` than the one in use.
+
+    ``limit`` is the limit asked for, ``existing`` the one its current holders
+    use; the limit can change once the semaphore is free.
+    """
+
+    def __init__(
+        self, message: str, *, name: str | None = None, limit: int = 0, existing: int = 0
+    ) -> None:
+        super().__init__(message, name=name, existing="semaphore")
+        self.limit = limit
+        self.existing_limit = existing

@@ -36,6 +36,7 @@ from .engine.holds import Hold, HoldTable, known_holds
 from .engine.identity import HOSTNAME, current_owner, new_nonce
 from .engine.keys import LockKeys
 from .engine.scripts import HANDOFF_CLAIM_MS, extend_script, release_script
+from .engine.shared import MODE_NAMES, Shared
 from .engine.validate import (
     json_dict,
     to_millis,
@@ -103,7 +104,15 @@ class Lock:
         ``REDISLOCK_WAIT_REPLICAS``; 0 = do not wait). An unconfirmed grant is
         given back and retried while the timeout allows, then
         :class:`LockNotReplicated` is raised. See docs/topology.md.
+    :param fair: ``True`` (default): a release hands the lock to the first
+        waiter (FIFO). ``False``: a release frees it and wakes the first waiter,
+        and whoever asks first gets it, the releasing process included
+        (barging): more critical sections per second for many short ones, no
+        order among waiters. See docs/locks.md.
     """
+
+    #: The mode of a semaphore's or read-write lock's hold (None: a mutex).
+    _shared: Shared | None = None
 
     def __init__(
         self,
@@ -121,8 +130,20 @@ class Lock:
         no_expiry: bool = False,
         meta: dict[str, Any] | None = None,
         wait_replicas: int | None = None,
+        fair: bool = True,
     ) -> None:
         self.name = validate_name(name)
+        if self._shared is not None and (no_expiry or ttl is None):
+            raise ValueError(
+                f"{type(self).__name__} {name!r}: ttl=None (no_expiry) is not supported here: "
+                "every holder of a semaphore or read-write lock needs its own lease"
+            )
+        if not isinstance(fair, bool):
+            raise TypeError(f"fair must be True or False, not {fair!r}")
+        if not fair and self._shared is not None:
+            raise ValueError("fair=False is for mutexes (locks.lock) only")
+        #: Whether a release hands the lock to the first waiter (else: barging).
+        self.fair = fair
         self.manager = manager
         self._source = default_source if manager is None else manager.source
         if ttl is _UNSET and not no_expiry:
@@ -176,6 +197,11 @@ class Lock:
     def owner(self) -> str:
         """The owner token acquiring/releasing on behalf of the caller right now."""
         return self._owner or current_owner()
+
+    def _call_keys(self, backend: Backend | AsyncBackend) -> tuple[bytes, ...]:
+        """The keys of this lock's acquire, release and cancel scripts."""
+        keys = self._keys(backend)
+        return keys.all if self._shared is None else keys.shared
 
     def _keys(self, backend: Backend | AsyncBackend) -> LockKeys:
         cached = self._keys_cache
@@ -266,7 +292,7 @@ class Lock:
                     pttl=pttl / 1000.0 if pttl >= 0 else None,
                 )
 
-        keys = self._keys(backend).all  # (fills the key cache _known_key reads)
+        keys = self._call_keys(backend)  # (fills the key cache _known_key reads)
         known = b""
         if self._owner is None:
             count = known_holds.get(self._known_key(owner))
@@ -285,6 +311,8 @@ class Lock:
             claim_inline=not self.auto_renew,
             on_contended=on_contended,
             replicas=self.wait_replicas,
+            shared=self._shared,
+            barge=not self.fair,
         )
 
     def acquire(
@@ -365,15 +393,17 @@ class Lock:
             watchdog.unwatch(replaced.watch)
         if hold.count == 1 and hold.watch is None and self.auto_renew:
             backend = self._source.backend()
+            keys = self._keys(backend)
             hold.watch = watchdog.watch(
                 self,
                 owner,
                 backend,
-                self._keys(backend).all[0],
+                keys.all[:1] if self._shared is None else keys.shared,
                 self.ttl_ms,
                 self.name,
                 claim_ms=HANDOFF_CLAIM_MS if attempt.handed else None,
                 replicas=self.wait_replicas,
+                shared=self._shared,
             )
         # On the hot path: only build the signal call when somebody listens.
         if signals.lock_acquired.receivers:
@@ -427,8 +457,15 @@ class Lock:
     def _release_call(
         self, backend: Backend | AsyncBackend, owner: str, nonce: str, everything: bool
     ) -> Call:
+        if self._shared is not None:
+            keys = self._keys(backend).shared
+            return self._shared.release_call(
+                keys, owner, nonce, backend.retention_arg, everything, self.name
+            )
         args: tuple[Any, ...] = (owner, nonce, backend.retention_arg)
-        if everything:
+        if not self.fair:
+            args += (b"all" if everything else b"", b"poke")
+        elif everything:
             args += (b"all",)
         return Call(release_script, self._keys(backend).all, args, "release the lock", self.name)
 
@@ -469,6 +506,8 @@ class Lock:
     def _known_key(self, owner: str) -> tuple[str, str, str]:
         cached = self._keys_cache
         keyspace = cached[0] if cached is not None else self._source.backend().keyspace
+        if self._shared is not None:  # an owner's reads and writes are counted apart
+            return (keyspace.prefix, f"{self.name}\0{self._shared.mode}", owner)
         return (keyspace.prefix, self.name, owner)
 
     def _know(self, owner: str, holds: int) -> None:
@@ -550,9 +589,20 @@ class Lock:
         self, backend: Backend | AsyncBackend, additional_time: float, replace_ttl: bool
     ) -> Call:
         ms = to_millis(validate_seconds(additional_time, "additional_time"), "additional_time")
+        if self._shared is not None:
+            return self._shared.extend_call(
+                self._keys(backend).shared, self.owner, ms, replace_ttl, self.name,
+                self.wait_replicas,
+            )  # fmt: skip
         args = (self.owner, ms, 1 if replace_ttl else 0)
-        keys = self._keys(backend).all[:1]
-        return Call(extend_script, keys, args, "extend the lock", self.name, self.wait_replicas)
+        return Call(
+            extend_script,
+            self._keys(backend).all[:1],
+            args,
+            "extend the lock",
+            self.name,
+            self.wait_replicas,
+        )
 
     def _settle_extend(self, reply: Any) -> bool:
         result = int(reply)
@@ -601,14 +651,14 @@ class Lock:
 
     def owned(self) -> bool:
         """Whether the caller's owner holds the lock right now (asks Redis)."""
-        return _owned_by(self.info(), self.owner)
+        return self._owned_by(self.info(), self.owner)
 
     def aowned(self) -> Coroutine[Any, Any, bool]:
         """:meth:`owned` for asyncio (the owner is the calling task)."""
         owner = self.owner
 
         async def owned() -> bool:
-            return _owned_by(await self.ainfo(), owner)
+            return self._owned_by(await self.ainfo(), owner)
 
         return owned()
 
@@ -619,6 +669,12 @@ class Lock:
     async def attl(self) -> float | None:
         """:meth:`ttl` for asyncio."""
         return _remaining(await self.ainfo())
+
+    def _owned_by(self, info: LockInfo | None, owner: str) -> bool:
+        if info is None:
+            return False
+        mode = "exclusive" if self._shared is None else MODE_NAMES[self._shared.mode]
+        return any(h.owner == owner and h.mode == mode for h in info.holders)
 
     @property
     def fencing_token(self) -> int | None:
@@ -752,10 +808,6 @@ def _default_lease() -> tuple[int, bytes]:
         if len(_lease_cache) < 64:
             _lease_cache[value] = (ms, str(ms).encode())
         return ms, str(ms).encode()
-
-
-def _owned_by(info: LockInfo | None, owner: str) -> bool:
-    return info is not None and info.owner == owner
 
 
 def _remaining(info: LockInfo | None) -> float | None:

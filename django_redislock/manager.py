@@ -17,10 +17,12 @@ from .engine.backends.base import AsyncBackend, Backend
 from .engine.calls import Call, ExtendResult
 from .engine.driver import call_async, call_sync
 from .engine.info import LockInfo
-from .engine.scripts import force_extend_script, force_release_script
+from .engine.operator_scripts import force_extend_script, force_release_script
 from .engine.validate import to_millis, validate_name, validate_seconds
 from .handler import BackendSource, BlockingBackend, default_source
 from .lock import Lock
+from .rwlock import ReadWriteLock
+from .semaphore import Semaphore
 
 __all__ = ["ExtendResult", "LockManager", "locks"]
 
@@ -83,6 +85,16 @@ class LockManager:
     def lock(self, name: str, **options: Any) -> Lock:
         """Return a :class:`Lock` called *name*; see :class:`Lock` for the options."""
         return Lock(name, manager=self, **options)
+
+    def semaphore(self, name: str, limit: int, **options: Any) -> Semaphore:
+        """Return a :class:`Semaphore` of *limit* permits called *name* (at most *limit*
+        holders at once); the options are :class:`Lock`'s."""
+        return Semaphore(name, limit, manager=self, **options)
+
+    def rw_lock(self, name: str, **options: Any) -> ReadWriteLock:
+        """Return a :class:`ReadWriteLock` called *name*: its ``read()`` may be held by
+        many owners at once, its ``write()`` by one; the options are :class:`Lock`'s."""
+        return ReadWriteLock(name, manager=self, **options)
 
     # -- inspection ------------------------------------------------------------
 
@@ -255,7 +267,7 @@ def _force_release_call(
     fencing_token: int | None,
     unowned_only: bool,
 ) -> Call:
-    keys = backend.keyspace.keys(validate_name(name)).all
+    keys = backend.keyspace.keys(validate_name(name)).shared
     args = (
         owner or "",
         "" if fencing_token is None else str(fencing_token),
@@ -286,7 +298,7 @@ def _force_extend_call(
     fencing_token: int | None,
     unowned_only: bool,
 ) -> Call:
-    keys = backend.keyspace.keys(validate_name(name)).all[:1]
+    keys = backend.keyspace.keys(validate_name(name)).shared
     ms = to_millis(validate_seconds(seconds, "seconds"), "seconds")
     args = (
         owner or "",

@@ -77,12 +77,12 @@ class AsyncWakeHub:
         return self._subscribed
 
     def register(self, nonce: str) -> AsyncWaiter:
-        """Register the wait *nonce*; a grant that arrived before is delivered at once."""
+        """Register the wait *nonce*; a grant (or poke) that arrived before is delivered at once."""
         waiter = AsyncWaiter()
         self._waiters[nonce] = waiter
         early = self._early.take(nonce)
         if early is not None:
-            waiter.deliver(early)
+            waiter.receive(early)
         return waiter
 
     def unregister(self, nonce: str) -> None:
@@ -153,11 +153,10 @@ class AsyncWakeHub:
         if kind == "message":
             nonce, fence = parse_grant(message["data"])
             waiter = self._waiters.get(nonce)
-            if fence is None:  # a poke: only a registered waiter cares
-                if waiter is not None:
-                    waiter.poke()
-            elif waiter is None:
+            if waiter is None:  # not registered yet (or gave up): keep it briefly
                 self._early.put(nonce, fence)
+            elif fence is None:
+                waiter.poke()
             else:
                 waiter.deliver(fence)
         elif kind == "subscribe":

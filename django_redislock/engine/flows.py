@@ -37,6 +37,7 @@ from .scripts import (
     claim_script,
     release_script,
 )
+from .shared import Shared, refusal
 
 #: Upper bound of one wait between fallback polls (seconds).
 POLL_SLICE = 1.0
@@ -110,7 +111,7 @@ class AcquireOp:
     __slots__ = (
         "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name", "known",
         "blocking", "timeout", "claim_inline", "on_contended", "clock", "jitter", "replicas",
-        "deadline",
+        "deadline", "shared", "barge",
     )  # fmt: skip
 
     def __init__(
@@ -131,7 +132,10 @@ class AcquireOp:
         clock: Callable[[], float] = time.monotonic,
         jitter: Callable[[], float] = _jitter,
         replicas: int = 0,
+        shared: Shared | None = None,
+        barge: bool = False,
     ) -> None:
+        #: The mutex scripts' four keys, or the five of a *shared* hold.
         self.keys = keys
         self.owner = owner
         #: Identifies this acquire (and its wait) across retries.
@@ -160,13 +164,23 @@ class AcquireOp:
         #: When a blocking acquire gives up (set by the flow; None: no limit). Its
         #: acquire calls carry it, so backend retries stop there too.
         self.deadline: float | None = None
+        #: A hold of a semaphore or read-write lock (None: a mutex).
+        self.shared = shared
+        #: Take a free mutex even when others wait (``fair=False``).
+        self.barge = barge
 
     def call(self, channel: bytes) -> Call:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
-        args = (
+        args: tuple[Any, ...] = (
             self.owner, self.nonce, self.ttl_arg, self.meta, int(time.time() * 1000),
             self.retention_arg, channel, self.known,
         )  # fmt: skip
+        if self.shared is not None:
+            return self.shared.acquire_call(
+                self.keys, args, self.name, self.replicas, self.deadline
+            )
+        if self.barge:
+            args += (b"1",)
         return Call(
             acquire_script,
             self.keys,
@@ -177,15 +191,34 @@ class AcquireOp:
             self.deadline,
         )
 
+    def decode(self, reply: Any) -> Attempt:
+        """An acquire or cancel reply as an :class:`Attempt`; a refusal (the name is
+        another primitive's, another limit, an upgrade) raises its LockError."""
+        if isinstance(reply, (bytes, str)):
+            shared = self.shared
+            asked = "mutex" if shared is None else shared.primitive
+            raise refusal(reply, self.name, asked, 0 if shared is None else shared.limit)
+        return decode_attempt(reply)
+
     def claim_call(self) -> Call:
         """The call that takes a handed-off lock for its whole lease (with ``replicas``,
         a write that replicas acknowledge)."""
+        if self.shared is not None:
+            ttl = int(self.ttl_arg)
+            return self.shared.renew_call(
+                self.keys, self.owner, ttl, self.name, self.replicas, claim=True
+            )
         args = (self.owner, b"1") if self.replicas else (self.owner,)
         return Call(claim_script, self.keys[:1], args, "claim the lock", self.name, self.replicas)
 
     def undo_call(self) -> Call:
         """The call that gives back one hold this acquire got (a grant replicas did not
         confirm); the acquire's nonce makes a repeat count once."""
+        if self.shared is not None:
+            return self.shared.release_call(
+                self.keys, self.owner, self.nonce, self.retention_arg, False, self.name,
+                "give back an unreplicated lock",
+            )  # fmt: skip
         args = (self.owner, self.nonce, self.retention_arg)
         return Call(release_script, self.keys, args, "give back an unreplicated lock", self.name)
 
@@ -195,6 +228,10 @@ class AcquireOp:
 
     def cancel_call(self) -> Call:
         """The call that ends this acquire's wait (or finds it was granted meanwhile)."""
+        if self.shared is not None:
+            return self.shared.cancel_call(
+                self.keys, self.owner, self.nonce, self.retention_arg, self.name
+            )
         args = (self.owner, self.nonce, self.retention_arg)
         return Call(cancel_script, self.keys, args, "cancel the wait", self.name)
 
@@ -223,7 +260,7 @@ def _decode_claim(reply: Any) -> Attempt:
 
 
 def _ask(
-    op: AcquireOp, call: Call, decode: Callable[[Any], Attempt] = decode_attempt
+    op: AcquireOp, call: Call, decode: Callable[[Any], Attempt] | None = None
 ) -> Generator[Effect, Any, tuple[Attempt, NotReplicated | None]]:
     """Run an acquire (or, with *decode*, a claim) *call*; a grant replicas did not
     confirm is given back and reported as "held" for a short, jittered while, with
@@ -232,6 +269,8 @@ def _ask(
     A re-entry is kept even when unconfirmed: its owner's first hold was confirmed,
     and giving one hold back would let the retry's repeated nonce answer for a hold
     that is no longer there."""
+    if decode is None:
+        decode = op.decode
     try:
         return decode((yield from run(call))), None
     except NotReplicated as exc:
@@ -289,7 +328,7 @@ def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
             pause = next_pause(attempt.value, deadline, op.clock(), op.jitter())
             if pause is None:
                 # Leave the queue -- or learn that the lock was handed to us meanwhile.
-                attempt = decode_attempt((yield from run(op.cancel_call())))
+                attempt = op.decode((yield from run(op.cancel_call())))
                 if not attempt.held:
                     if failed is not None:
                         raise not_replicated(op, failed)
@@ -324,7 +363,7 @@ _STALE = HANDOFF_CLAIM_MS / 2000
 
 def cancel(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
     """Resolve an acquire abandoned mid-flight: leave the queue, or find it was granted."""
-    return decode_attempt((yield from run(op.cancel_call())))
+    return op.decode((yield from run(op.cancel_call())))
 
 
 def call_once(call: Call) -> Generator[Effect, Any, Any]:

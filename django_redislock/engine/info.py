@@ -1,4 +1,9 @@
-""":class:`LockInfo`: a snapshot of one held lock, as the admin and CLI show it."""
+""":class:`LockInfo`: a snapshot of one held lock, as the admin and CLI show it.
+
+A mutex has one holder, whose fields are the lock's own; a semaphore or
+read-write lock has several (:class:`HolderInfo`, one per holder and mode),
+read from their records in the lock hash (see :mod:`.shared_scripts`).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +28,38 @@ def _int(value: Any) -> int | None:
         return int(_text(value) or "")
     except ValueError:
         return None
+
+
+_META_FIELDS = {"host", "pid", "thread", "purpose", "task_id", "task_name", "kind", "extra"}
+_MODES = {"s": "permit", "r": "read", "w": "write"}
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """One holder of a lock: a mutex's owner, a semaphore's permit, a read or a write.
+
+    ``mode`` is ``"exclusive"`` (a mutex), ``"permit"``, ``"read"`` or ``"write"``;
+    ``ttl`` is its remaining lease in seconds by Redis's clock (``math.inf``: no
+    expiry), ``lease`` the lease it asked for. The other fields are the
+    :class:`LockInfo` fields of the same names.
+    """
+
+    owner: str | None
+    mode: str = "exclusive"
+    hold_count: int | None = None
+    fencing_token: int | None = None
+    acquired_at: datetime | None = None
+    ttl: float | None = None
+    lease: float | None = None
+    host: str | None = None
+    pid: int | None = None
+    thread: str | None = None
+    purpose: str | None = None
+    task_id: str | None = None
+    task_name: str | None = None
+    kind: str = "lock"
+    extra: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,6 +95,45 @@ class LockInfo:
     fencing_monotonic: bool = True
     #: When this snapshot was taken (UTC).
     observed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    #: ``"mutex"``, ``"semaphore"`` or ``"rwlock"``.
+    primitive: str = "mutex"
+    #: A semaphore's limit (None for other primitives).
+    limit: int | None = None
+    #: The holders of a semaphore or read-write lock (see :attr:`holders`).
+    shared_holders: tuple[HolderInfo, ...] = ()
+
+    @property
+    def holders(self) -> tuple[HolderInfo, ...]:
+        """Every holder: a mutex's one owner (none for another tool's key), a
+        semaphore's permits, a read-write lock's writer and readers.
+
+        For a semaphore or read-write lock, the lock's own ``owner``,
+        ``fencing_token``, ... are its writer's if it has one, else its earliest
+        holder's, and ``ttl`` is the longest remaining lease.
+        """
+        if self.primitive != "mutex":
+            return self.shared_holders
+        if self.owner is None:
+            return ()
+        return (
+            HolderInfo(
+                owner=self.owner, mode="exclusive", hold_count=self.hold_count,
+                fencing_token=self.fencing_token, acquired_at=self.acquired_at, ttl=self.ttl,
+                lease=self.lease, host=self.host, pid=self.pid, thread=self.thread,
+                purpose=self.purpose, task_id=self.task_id, task_name=self.task_name,
+                kind=self.kind, extra=self.extra, meta=self.meta,
+            ),
+        )  # fmt: skip
+
+    @property
+    def readers(self) -> tuple[HolderInfo, ...]:
+        """The holders of a read-write lock's read (empty for other primitives)."""
+        return tuple(h for h in self.holders if h.mode == "read")
+
+    @property
+    def writer(self) -> HolderInfo | None:
+        """The holder of a read-write lock's write, if any."""
+        return next((h for h in self.holders if h.mode == "write"), None)
 
     @property
     def expires_at(self) -> datetime | None:
@@ -84,39 +160,105 @@ class LockInfo:
         this never raises on what it finds in Redis.
         """
         data = {_text(k): v for k, v in (fields or {}).items()}
-        meta: dict[str, Any] = {}
-        raw_meta = _text(data.get("meta"))
-        if raw_meta:
-            try:
-                loaded = json.loads(raw_meta)
-            except (ValueError, RecursionError):
-                loaded = None
-            if isinstance(loaded, dict):
-                meta = loaded
-        since = _int(data.get("since"))
-        lease_ms = _int(data.get("ttl"))
-        extra = meta.get("extra")
-        known = {"host", "pid", "thread", "purpose", "task_id", "task_name", "kind", "extra"}
-        pid = meta.get("pid")
+        ttl = None if pttl == -2 else (math.inf if pttl < 0 else pttl / 1000.0)
+        primitive = _text(data.get("type"))
+        if fields is not None and primitive in ("semaphore", "rwlock"):
+            return cls._shared(name, key, data, primitive, pttl, ttl)
+        holder = _holder(
+            _text(data.get("owner")), "exclusive", _int(data.get("count")),
+            _int(data.get("fence")), _int(data.get("since")), ttl, _int(data.get("ttl")),
+            _text(data.get("meta")), foreign=fields is None,
+        )  # fmt: skip
+        return cls(name=name, key=key, **_top_fields(holder))
+
+    @classmethod
+    def _shared(
+        cls, name: str, key: str, data: dict[str | None, Any], primitive: str, pttl: int,
+        ttl: float | None,
+    ) -> LockInfo:  # fmt: skip
+        """A semaphore's or read-write lock's snapshot, from its holder records."""
+        until = _int(data.get("until"))
+        # The hash expires at `until` (Redis ms): Redis's "now" is until - PTTL.
+        now_ms = until - pttl if until is not None and pttl >= 0 else None
+        holders: list[HolderInfo] = []
+        for field_name, value in data.items():
+            if not field_name or field_name[1:2] != ":" or field_name[0] not in _MODES:
+                continue
+            parts = (_text(value) or "").split("|", 7)
+            if len(parts) != 8:
+                continue
+            expiry = _int(parts[6])
+            left = None
+            if expiry is not None and now_ms is not None:
+                left = max(0.0, (expiry - now_ms) / 1000.0)
+            holders.append(
+                _holder(
+                    field_name[2:],
+                    _MODES[field_name[0]],
+                    _int(parts[0]),
+                    _int(parts[1]),
+                    _int(parts[2]),
+                    left,
+                    _int(parts[3]),
+                    parts[7],
+                )  # fmt: skip
+            )
+        holders.sort(key=lambda h: (h.mode != "write", h.fencing_token or 0))
+        first = holders[0] if holders else HolderInfo(owner=None)
+        top = _top_fields(first)
+        top["ttl"] = ttl
+        limit = _int(data.get("limit")) if primitive == "semaphore" else None
         return cls(
-            name=name,
-            key=key,
-            owner=_text(data.get("owner")),
-            hold_count=_int(data.get("count")),
-            fencing_token=_int(data.get("fence")),
-            acquired_at=_from_epoch_ms(since),
-            ttl=None if pttl == -2 else (math.inf if pttl < 0 else pttl / 1000.0),
-            lease=lease_ms / 1000.0 if lease_ms and 0 < lease_ms < 2**63 else None,
-            host=_str_or_none(meta.get("host")),
-            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-            thread=_str_or_none(meta.get("thread")),
-            purpose=_str_or_none(meta.get("purpose")),
-            task_id=_str_or_none(meta.get("task_id")),
-            task_name=_str_or_none(meta.get("task_name")),
-            kind="foreign" if fields is None else _str_or_none(meta.get("kind")) or "lock",
-            extra=extra if isinstance(extra, dict) else {},
-            meta={k: v for k, v in meta.items() if k not in known},
-        )
+            name=name, key=key, primitive=primitive, limit=limit,
+            shared_holders=tuple(holders), **top,
+        )  # fmt: skip
+
+
+def _holder(
+    owner: str | None, mode: str, count: int | None, fence: int | None, since: int | None,
+    ttl: float | None, lease_ms: int | None, raw_meta: str | None, *, foreign: bool = False,
+) -> HolderInfo:  # fmt: skip
+    """A holder from its stored fields; fields that do not parse are left unknown."""
+    meta: dict[str, Any] = {}
+    if raw_meta:
+        try:
+            loaded = json.loads(raw_meta)
+        except (ValueError, RecursionError):
+            loaded = None
+        if isinstance(loaded, dict):
+            meta = loaded
+    extra = meta.get("extra")
+    pid = meta.get("pid")
+    return HolderInfo(
+        owner=owner,
+        mode=mode,
+        hold_count=count,
+        fencing_token=fence,
+        acquired_at=_from_epoch_ms(since),
+        ttl=ttl,
+        lease=lease_ms / 1000.0 if lease_ms and 0 < lease_ms < 2**63 else None,
+        host=_str_or_none(meta.get("host")),
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        thread=_str_or_none(meta.get("thread")),
+        purpose=_str_or_none(meta.get("purpose")),
+        task_id=_str_or_none(meta.get("task_id")),
+        task_name=_str_or_none(meta.get("task_name")),
+        kind="foreign" if foreign else _str_or_none(meta.get("kind")) or "lock",
+        extra=extra if isinstance(extra, dict) else {},
+        meta={k: v for k, v in meta.items() if k not in _META_FIELDS},
+    )
+
+
+def _top_fields(holder: HolderInfo) -> dict[str, Any]:
+    """The LockInfo fields that repeat *holder*'s (the lock's own owner, token, ...)."""
+    return {
+        "owner": holder.owner, "hold_count": holder.hold_count,
+        "fencing_token": holder.fencing_token, "acquired_at": holder.acquired_at,
+        "ttl": holder.ttl, "lease": holder.lease, "host": holder.host, "pid": holder.pid,
+        "thread": holder.thread, "purpose": holder.purpose, "task_id": holder.task_id,
+        "task_name": holder.task_name, "kind": holder.kind, "extra": holder.extra,
+        "meta": holder.meta,
+    }  # fmt: skip
 
 
 def _from_epoch_ms(ms: int | None) -> datetime | None:

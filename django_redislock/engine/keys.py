@@ -8,6 +8,8 @@ every script touches a single slot:
   release nonce; kept for ``REDISLOCK_FENCE_RETENTION`` seconds after use.
 * ``<prefix>:queue:{<name>}`` -- a list: waiting owners in arrival order.
 * ``<prefix>:waiters:{<name>}`` -- a hash: each waiting owner's entry.
+* ``<prefix>:holders:{<name>}`` -- a sorted set: each holder's lease expiry, for
+  the primitives with several holders (semaphores, read-write locks).
 
 Redis takes the hash tag from the first ``{`` up to the first ``}`` after it. A
 name starting with ``}`` (or with the escape character) would give an empty tag,
@@ -45,6 +47,7 @@ class LockKeys:
     fence: str
     queue: str
     waiters: str
+    holders: str
 
     @cached_property
     def all(self) -> tuple[bytes, bytes, bytes, bytes]:
@@ -55,6 +58,12 @@ class LockKeys:
             self.queue.encode(),
             self.waiters.encode(),
         )
+
+    @cached_property
+    def shared(self) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+        """The five keys of the scripts of semaphores and read-write locks (and of the
+        operator's scripts, which serve every primitive)."""
+        return (*self.all, self.holders.encode())
 
 
 class KeySpace:
@@ -86,6 +95,7 @@ class KeySpace:
             fence=f"{p}:fence:{tag}",
             queue=f"{p}:queue:{tag}",
             waiters=f"{p}:waiters:{tag}",
+            holders=f"{p}:holders:{tag}",
         )
 
     @property

@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from ..exceptions import LockBackendError
+from ..exceptions import LockBackendError, LockError
 from .calls import Call, decode_attempt
+from .operator_scripts import force_extend_script, force_release_script
 from .quorum_scripts import (
     rl_acquire_script,
     rl_cancel_script,
@@ -37,8 +38,6 @@ from .scripts import (
     cancel_script,
     claim_script,
     extend_script,
-    force_extend_script,
-    force_release_script,
     release_script,
     renew_script,
 )
@@ -281,7 +280,12 @@ def plan(call: Call) -> Plan:
             lambda replies, _: decide_any(replies, call.action, call.name),
             timeout,
         )
-    raise ValueError(f"the Redlock backend cannot run {script!r}")  # pragma: no cover
+    raise LockError(
+        f"lock {call.name!r}: semaphores and read-write locks are not available on Redlock "
+        "(REDISLOCK_REDLOCK_CACHES); use them on one Redis, Sentinel or a Redis Cluster "
+        "(see docs/redlock.md)",
+        name=call.name,
+    )
 
 
 def undo_call(call: Call, retention_arg: bytes) -> Call:

@@ -68,20 +68,22 @@ local function grant(owner, nonce, ttl, meta, since_ms, retention, overwrite)
 end
 """
 
-_QUEUE = r"""
-local function now_ms() return math.floor(now_us() / 1000) end
-
-local function entry_fields(e)
+# A record's or entry's first n '|'-separated fields, then the rest (meta, which may
+# contain '|'); and the first live waiter of the queue. Shared with shared_scripts.
+_SPLIT = r"""
+local function split(s, n)
   local out, start = {}, 1
-  for i = 1, 4 do
-    local j = string.find(e, '|', start, true)
-    out[i] = string.sub(e, start, j - 1)
+  for i = 1, n do
+    local j = string.find(s, '|', start, true)
+    out[i] = string.sub(s, start, j - 1)
     start = j + 1
   end
-  out[5] = string.sub(e, start)
+  out[n + 1] = string.sub(s, start)
   return out
 end
+"""
 
+_LIVE_HEAD = r"""
 -- The first waiter whose entry has not expired; dead entries are dropped.
 local function live_head()
   while true do
@@ -95,7 +97,18 @@ local function live_head()
     if e then redis.call('HDEL', E, w) end
   end
 end
+"""
 
+_QUEUE = (
+    r"""
+local function now_ms() return math.floor(now_us() / 1000) end
+"""
+    + _SPLIT
+    + r"""
+local function entry_fields(e) return split(e, 4) end
+"""
+    + _LIVE_HEAD
+    + r"""
 -- Grant the lock to the first live waiter and wake it; false if there is none.
 local function handoff(retention, overwrite)
   local w, e = live_head()
@@ -112,6 +125,7 @@ local function handoff(retention, overwrite)
   return true
 end
 """
+)
 
 #: How long a waiter's queue entry lives without being refreshed (ms).
 ENTRY_LIFE_MS = 4000
@@ -122,15 +136,18 @@ _QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 # ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, now_ms (client clock, for
 #       the "since" field), retention_ms, channel ('' = do not queue when held),
 #       known ('' = unknown; else how many holds the client knows this owner
-#       has: a re-entry then sets the count to known + 1)
+#       has: a re-entry then sets the count to known + 1), barge ('1': take a
+#       free lock even when others wait, fair=False)
 # Returns (see decode_attempt): the fencing token (> 0) for a fresh grant,
-# {fence, count} when the caller already held it, -2 - pttl_ms (<= -1) when held.
+# {fence, count} when the caller already held it, -2 - pttl_ms (<= -1) when held,
+# 'TYPE <primitive>' when the name is a semaphore's or read-write lock's.
 # A hash with no owner field under our prefix is treated as free.
 # The start of every acquire script (one Redis or a Redlock master): the owner's
 # repeat (same nonce) or re-entry, answered {fence, count}.
 _REENTER = r"""
 local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
+local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count', 'type')
+if h[5] then return 'TYPE ' .. h[5] end
 if h[1] == owner then
   if h[2] == nonce then
     return {h[3], h[4]}
@@ -159,8 +176,15 @@ ACQUIRE = (
     + _REENTER
     + r"""
 local retention = ARGV[6]
-if not h[1] and redis.call('EXISTS', Q) == 0 then
-  return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], retention))
+if not h[1] then
+  if ARGV[9] == '1' then
+    -- Barging (fair=False): a free lock is taken whoever waits.
+    if redis.call('HDEL', E, owner) == 1 then redis.call('LREM', Q, 0, owner) end
+    return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], retention))
+  end
+  if redis.call('EXISTS', Q) == 0 then
+    return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], retention))
+  end
 end
 """
     + _QUEUE
@@ -191,10 +215,12 @@ return -2 - redis.call('PTTL', L)
 """
 )
 
-# ARGV: owner, nonce, retention_ms[, "all"]
+# ARGV: owner, nonce, retention_ms[, "all"[, "poke"]]
 # Returns the remaining hold count (0 = released), or -1 when not owned.
 # The nonce makes a retried release (after a lost reply) count once. With "all",
-# every hold of the owner is released at once.
+# every hold of the owner is released at once. With "poke" (fair=False) a freed
+# lock is not handed to the first waiter: it is freed and that waiter is woken
+# to try again, so the releasing process may take it straight back.
 # The start of every release script (one Redis or a Redlock master): not owned, a
 # repeat (same nonce), or a partial release; what follows frees the lock (c == 0).
 _RELEASE_HEAD = r"""
@@ -229,7 +255,13 @@ end
 """
     + _QUEUE
     + r"""
-if not handoff(retention, true) then redis.call('DEL', L) end
+if ARGV[5] == 'poke' then
+  redis.call('DEL', L)
+  local w, e = live_head()
+  if w then redis.call('PUBLISH', entry_fields(e)[3], entry_fields(e)[4]) end
+elseif not handoff(retention, true) then
+  redis.call('DEL', L)
+end
 if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
 return 0
 """
@@ -293,6 +325,7 @@ return -1
 # ARGV: expected owner ('' = any), expected fence ('' = any), retention_ms,
 #       unowned_only ('1': only a key with neither owner nor fence, another tool's).
 # Returns 1 when deleted, 0 when there was no lock, -1 when it did not match.
+# (operator_scripts adds the path for semaphores and read-write locks.)
 FORCE_RELEASE = (
     _GRANT
     + _QUEUE
@@ -311,10 +344,13 @@ return 1
 )
 
 
-# KEYS[1]: the lock hash.  ARGV: expected owner ('' = any), expected fence ('' = any), ms,
-# unowned_only ('1': only a key with neither owner nor fence).
-# Returns the new remaining lease in ms; 0 when there is no lock; -1 when owner or
-# fence did not match; -2 when the lock has no expiry (nothing to extend).
+# KEYS[1]: the lock hash (operator_scripts adds the path for semaphores and
+# read-write locks, with all five keys).  ARGV: expected owner ('' = any),
+# expected fence ('' = any), ms, unowned_only ('1': only a key with neither
+# owner nor fence).
+# Returns the new remaining lease in ms (the longest, when several holders
+# matched); 0 when there is no lock; -1 when owner or fence did not match; -2
+# when the lock has no expiry (nothing to extend).
 FORCE_EXTEND = r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'owner', 'fence')
@@ -350,11 +386,12 @@ extend_script = Script("extend", EXTEND)
 renew_script = Script("renew", RENEW)
 claim_script = Script("claim", CLAIM)
 cancel_script = Script("cancel", CANCEL)
-force_release_script = Script("force_release", FORCE_RELEASE)
-force_extend_script = Script("force_extend", FORCE_EXTEND)
 
 #: The Lua that grants a lock (token, hash fields, lease), and the start of an
 #: acquire (a repeat or a re-entry), for other script families (Redlock) to build on.
 GRANT_FRAGMENT = _GRANT
 REENTER_FRAGMENT = _REENTER
 RELEASE_HEAD_FRAGMENT = _RELEASE_HEAD
+#: ``split(s, n)`` and ``live_head()`` (needs ``Q``, ``E`` and ``now_ms``).
+SPLIT_FRAGMENT = _SPLIT
+LIVE_HEAD_FRAGMENT = _LIVE_HEAD

@@ -3,8 +3,8 @@
 A release that hands the lock to a waiter publishes ``"<nonce> <fence>"`` on
 the waiter's hub channel; ``"<nonce>"`` alone only pokes the waiter (the lock
 was freed without a hand-off: look again, as backends without a queue do).
-A grant can arrive before its waiter has registered (the waiter queued, and
-the release came first): the hub keeps it briefly.
+A grant or a poke can arrive before its waiter has registered (the waiter
+queued, and the release came first): the hub keeps it briefly.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Protocol
 
 #: Hand-offs kept for waiters that have not registered yet (oldest dropped).
 EARLY_GRANTS_KEPT = 256
+#: What :class:`EarlyGrants` keeps for a poke (fencing tokens are never 0).
+POKED = 0
 
 
 def parse_grant(data: bytes | str) -> tuple[str, int | None]:
@@ -24,21 +26,27 @@ def parse_grant(data: bytes | str) -> tuple[str, int | None]:
 
 
 class EarlyGrants:
-    """Grants for waits not registered yet, bounded (not thread-safe: callers lock)."""
+    """Grants (and pokes) for waits not registered yet, bounded (not thread-safe:
+    callers lock)."""
 
     def __init__(self, kept: int = EARLY_GRANTS_KEPT) -> None:
         self._kept = max(1, kept)
         self._grants: OrderedDict[str, int] = OrderedDict()
 
-    def put(self, nonce: str, fence: int) -> None:
-        """Keep *fence* for the wait *nonce*, dropping the oldest past the bound."""
+    def put(self, nonce: str, fence: int | None) -> None:
+        """Keep *fence* (None: a poke) for the wait *nonce*, dropping the oldest past
+        the bound; a poke never replaces a grant."""
+        if fence is None:
+            if nonce in self._grants:
+                return
+            fence = POKED
         self._grants.pop(nonce, None)
         if len(self._grants) >= self._kept:
             self._grants.popitem(last=False)
         self._grants[nonce] = fence
 
     def take(self, nonce: str) -> int | None:
-        """The grant kept for *nonce*, if any (removed)."""
+        """The grant (or :data:`POKED`) kept for *nonce*, if any (removed)."""
         return self._grants.pop(nonce, None)
 
 
@@ -64,6 +72,13 @@ class WaitSlot:
         """Record the hand-off and wake the waiter."""
         self.fence = fence
         self.event.set()
+
+    def receive(self, early: int) -> None:
+        """Deliver what :meth:`EarlyGrants.take` kept: a grant, or a poke."""
+        if early == POKED:
+            self.poke()
+        else:
+            self.deliver(early)
 
     def poke(self) -> None:
         """Wake the waiter so that it asks Redis again."""

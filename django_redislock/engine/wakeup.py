@@ -83,7 +83,7 @@ class WakeHub:
             early = self._early.take(nonce)
             self._waiters[nonce] = waiter
         if early is not None:
-            waiter.deliver(early)
+            waiter.receive(early)
         return waiter
 
     def unregister(self, nonce: str) -> None:
@@ -145,16 +145,15 @@ class WakeHub:
         nonce, fence = parse_grant(data)
         with self._lock:
             waiter = self._waiters.get(nonce)
-            if fence is None:  # a poke: only a registered waiter cares
-                if waiter is not None:
-                    waiter.poke()
-                return
             if waiter is None:
                 # Its waiter has not registered yet (or already gave up): keep
-                # the grant briefly.
+                # the grant (or poke) briefly.
                 self._early.put(nonce, fence)
                 return
-        waiter.deliver(fence)
+        if fence is None:
+            waiter.poke()
+        else:
+            waiter.deliver(fence)
 
     def _resubscribed(self) -> None:
         """A new subscription after an earlier one: hand-offs published in the gap

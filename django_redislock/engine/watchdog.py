@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..exceptions import LockBackendError
@@ -31,6 +32,7 @@ from .scripts import renew_script
 
 if TYPE_CHECKING:
     from .backends.base import Backend
+    from .shared import Shared
 
 logger = logging.getLogger("django_redislock")
 
@@ -48,8 +50,8 @@ class WatchEntry:
     """One (lock, owner) the watchdog keeps alive."""
 
     __slots__ = (
-        "lock_ref", "owner", "backend", "key", "name", "ttl_ms", "due", "confirmed_at",
-        "in_flight", "slack", "active", "replicas",
+        "lock_ref", "owner", "backend", "keys", "name", "ttl_ms", "due", "confirmed_at",
+        "in_flight", "slack", "active", "replicas", "shared",
     )  # fmt: skip
 
     def __init__(
@@ -57,11 +59,12 @@ class WatchEntry:
         lock: Renewable,
         owner: str,
         backend: Backend,
-        key: bytes,
+        keys: Sequence[bytes],
         ttl_ms: int,
         name: str,
         claim_ms: int | None = None,
         replicas: int = 0,
+        shared: Shared | None = None,
     ) -> None:
         now = time.monotonic()
         # A Lock garbage-collected while held stops being renewed (its lease then
@@ -69,7 +72,10 @@ class WatchEntry:
         self.lock_ref = weakref.ref(lock, self._collected)
         self.owner = owner
         self.backend = backend
-        self.key = key
+        #: The lock hash alone (a mutex), or the five keys of a *shared* hold.
+        self.keys = keys
+        #: The mode of a semaphore's or read-write lock's hold (None: a mutex).
+        self.shared = shared
         self.name = name
         self.ttl_ms = ttl_ms
         #: Replicas that must acknowledge a renewal for it to count.
@@ -97,8 +103,12 @@ class WatchEntry:
     @property
     def call(self) -> Call:
         """The renewal script call (made when a batch is sent, not on every acquire)."""
+        if self.shared is not None:
+            return self.shared.renew_call(
+                self.keys, self.owner, self.ttl_ms, self.name, self.replicas
+            )
         args = (self.owner, self.ttl_ms)
-        return Call(renew_script, (self.key,), args, "renew the lock", self.name, self.replicas)
+        return Call(renew_script, self.keys, args, "renew the lock", self.name, self.replicas)
 
     @property
     def lost_at(self) -> float:
@@ -136,19 +146,22 @@ class Watchdog:
         lock: Renewable,
         owner: str,
         backend: Backend,
-        key: bytes,
+        keys: Sequence[bytes],
         ttl_ms: int,
         name: str,
         claim_ms: int | None = None,
         replicas: int = 0,
+        shared: Shared | None = None,
     ) -> WatchEntry:
-        """Start renewing *key* on *backend* for *owner* every ~ttl/3 while *lock* is alive.
+        """Renew the lock at *keys* on *backend* for *owner* every ~ttl/3 while *lock* lives.
 
         *claim_ms*: the hold was handed off and is leased for that long only, so
         the first renewal (which claims it) is due within a third of that.
         *replicas*: a renewal counts only once that many replicas acknowledged it.
+        *keys*: the lock hash alone, or for *shared* (the mode of a semaphore's or
+        read-write lock's hold) its five keys.
         """
-        entry = WatchEntry(lock, owner, backend, key, ttl_ms, name, claim_ms, replicas)
+        entry = WatchEntry(lock, owner, backend, keys, ttl_ms, name, claim_ms, replicas, shared)
         with self._cond:
             self._entries[id(entry)] = entry
             if self._thread is None:

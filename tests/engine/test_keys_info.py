@@ -134,7 +134,9 @@ NAMES = [
 def test_keys_layout() -> None:
     ks = KeySpace("rl")
     keys = ks.keys("job")
-    assert keys == LockKeys("rl:{job}", "rl:fence:{job}", "rl:queue:{job}", "rl:waiters:{job}")
+    assert keys == LockKeys(
+        "rl:{job}", "rl:fence:{job}", "rl:queue:{job}", "rl:waiters:{job}", "rl:holders:{job}"
+    )
     assert keys.all == (b"rl:{job}", b"rl:fence:{job}", b"rl:queue:{job}", b"rl:waiters:{job}")
     assert ks.keys("job") is keys  # cached
 

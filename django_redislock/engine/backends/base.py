@@ -173,7 +173,6 @@ def call_error(exc: RedisError, call: Call) -> Exception:
     return backend_error(exc, call.action, call.name)
 
 
-
 def replicated(call: Call, reply: Any, acks: Any) -> Any:
     """The reply of *call* sent with ``WAIT`` after it: *reply* once enough replicas
     acknowledged (*acks*, WAIT's answer), else raise :class:`~..calls.NotReplicated`.
