@@ -40,11 +40,13 @@ from .guard import (
     TASK_MODES,
     GuardConfig,
     TaskHooks,
+    holder_text,
     lease_left,
     not_acquired,
     register_task_hooks,
 )
 from .lock import Lock
+from .semaphore import validate_limit
 
 logger = logging.getLogger("django_redislock.celery")
 
@@ -227,7 +229,7 @@ def _task_locked(
     kwargs: dict[str, Any],
 ) -> Any:
     info = config.lock_manager().get(name)
-    holder = None if info is None else (info.task_id or info.owner)
+    holder = None if info is None else holder_text(info)  # (every holder of a semaphore)
     logger.warning(
         "redislock: task %s[%s] found lock %r held by %s (on_locked=%s)",
         task.name,
@@ -294,6 +296,8 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
     * ``lock_ttl``: lease in seconds (default ``REDISLOCK_DEFAULT_TTL``),
       renewed while the task runs;
     * ``lock_timeout``: seconds to wait for a held lock at run time (0);
+    * ``lock_limit``: let up to this many executions run at once per lock key
+      (a semaphore) instead of one (None); not with ``unique_on_enqueue``;
     * ``on_locked``: ``"skip"`` (default), ``"retry"``, ``"wait"``, ``"raise"``
       or a callable ``(lock_info, *args, **kwargs)``;
     * ``unique_on_enqueue``: take the lock in ``apply_async`` so a duplicate is
@@ -310,6 +314,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
     lock_key: Any = None
     lock_ttl: float | None = None
     lock_timeout: float | None = 0
+    lock_limit: int | None = None
     on_locked: Any = "skip"
     unique_on_enqueue: bool = False
     lock_enqueue_ttl: float | None = None
@@ -340,6 +345,13 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             raise ValueError(
                 f"lock_on_retry must be 'keep' or 'release', not {cls.lock_on_retry!r}"
             )
+        if cls.lock_limit is not None:
+            validate_limit(cls.lock_limit, "lock_limit")
+            if cls.unique_on_enqueue:
+                raise ValueError(
+                    f"{cls.__qualname__}: unique_on_enqueue (one pending task per key) and "
+                    "lock_limit (several running at once) do not combine; drop one"
+                )
         if not (cls.on_locked in TASK_MODES or callable(cls.on_locked)):
             raise ValueError(f"on_locked must be one of {TASK_MODES} or a callable")
         bound = not isinstance(run, staticmethod)
@@ -353,6 +365,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             owner=None,
             lock_on_retry=cls.lock_on_retry,
             manager=cls.lock_manager,
+            limit=cls.lock_limit,
         )
 
     def _lock_config(self) -> GuardConfig:
@@ -464,7 +477,7 @@ def _release_on_revoke(sender: Any = None, request: Any = None, **kwargs: Any) -
             tuple(getattr(request, "args", None) or ()),
             dict(getattr(request, "kwargs", None) or {}),
         )
-        lock = config.lock_manager().lock(name, owner=task_id, auto_renew=False)
+        lock = config.make_lock(name, task_id, auto_renew=False)
         if _release(lock):
             logger.info("redislock: released lock %r of revoked task %s", name, task_id)
     except Exception:  # a signal handler must not break the worker

@@ -29,6 +29,7 @@ from django.http import HttpRequest, HttpResponse
 from ._keys_template import ARGS, KeySpec
 from .engine.info import LockInfo
 from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after, task_hooks
+from .semaphore import validate_limit
 
 if TYPE_CHECKING:
     from .lock import Lock
@@ -48,8 +49,10 @@ def single_instance(
     owner: str | Callable[..., str] | None = None,
     lock_on_retry: str = "keep",
     manager: LockManager | None = None,
+    limit: int | None = None,
 ) -> Callable[[F], F]:
-    """Let only one call of the decorated function run at a time, per lock key.
+    """Let only one call of the decorated function run at a time, per lock key
+    (or at most *limit* calls).
 
     :param key: the lock name: a ``str.format`` template over the function's
         arguments (``"sync:{account_id}"``, ``"{user.pk}"``), a callable
@@ -75,6 +78,10 @@ def single_instance(
     :param lock_on_retry: Celery tasks only: ``"keep"`` (default) holds the
         lock across ``self.retry()``, ``"release"`` frees it.
     :param manager: the LockManager to use (default ``django_redislock.locks``).
+    :param limit: let up to this many calls run at once per lock key (a
+        semaphore, see ``locks.semaphore``) instead of one; ``on_locked`` and
+        ``timeout`` apply when all *limit* places are taken. Every user of a
+        key must pass the same limit.
 
     Raises ValueError at decoration time when a template names an argument the
     function does not have, and TypeError when stacked above a Celery task
@@ -82,6 +89,8 @@ def single_instance(
     """
     if lock_on_retry not in ("keep", "release"):
         raise ValueError(f"lock_on_retry must be 'keep' or 'release', not {lock_on_retry!r}")
+    if limit is not None:
+        validate_limit(limit)
 
     def decorate(func: F) -> F:
         _check_decoratable(func)
@@ -93,6 +102,7 @@ def single_instance(
             owner=owner,
             lock_on_retry=lock_on_retry,
             manager=manager,
+            limit=limit,
         )
         if inspect.iscoroutinefunction(func):
             wrapper = _async_wrapper(func, config)

@@ -70,6 +70,9 @@ class GuardConfig:
     owner: str | Callable[..., str] | None
     lock_on_retry: str
     manager: LockManager | None
+    #: At most this many concurrent holders per rendered name (a semaphore);
+    #: None: one (a mutex).
+    limit: int | None = None
 
     def lock_manager(self) -> LockManager:
         """The manager to make locks with (default: ``django_redislock.locks``)."""
@@ -80,9 +83,11 @@ class GuardConfig:
         return locks
 
     def make_lock(self, name: str, owner: str | None, **options: Any) -> Lock:
-        """A Lock on *name* with this config's lease."""
+        """A Lock on *name* with this config's lease (a Semaphore with a ``limit``)."""
         if self.ttl is not None:
             options["ttl"] = self.ttl
+        if self.limit is not None:
+            return self.lock_manager().semaphore(name, self.limit, owner=owner, **options)
         return self.lock_manager().lock(name, owner=owner, **options)
 
     def acquire(self, lock: Lock, *, wait: bool = False) -> bool:
@@ -101,21 +106,36 @@ class GuardConfig:
 
 
 def holder_text(info: LockInfo | None) -> str:
-    """Who holds the lock *info* describes, for messages: task id, else owner."""
+    """Who holds the lock *info* describes, for messages: task id, else owner (of
+    every holder of a semaphore)."""
     if info is None:
         return "(released meanwhile)"
+    holders = info.holders
+    if len(holders) > 1:
+        return ", ".join(h.task_id or h.owner or "?" for h in holders)
     return info.task_id or info.owner or "?"
 
 
 def not_acquired(name: str, info: LockInfo | None) -> LockNotAcquired:
-    """The LockNotAcquired raised when *name* is held (by *info*'s holder)."""
+    """The LockNotAcquired raised when *name* is held (by *info*'s holders)."""
+    if info is not None and info.limit is not None:
+        return LockNotAcquired(
+            f"all {info.limit} places of lock {name!r} are taken, by {holder_text(info)}",
+            name=name,
+        )
     return LockNotAcquired(f"lock {name!r} is held by {holder_text(info)}", name=name)
 
 
 def lease_left(info: LockInfo | None) -> int | None:
-    """Whole seconds (at least 1) until the holder's lease runs out; None if unknown."""
-    if info is not None and info.ttl is not None and not math.isinf(info.ttl):
-        return max(1, math.ceil(info.ttl))
+    """Whole seconds (at least 1) until the holder's lease runs out (a semaphore's
+    first); None if unknown."""
+    if info is None:
+        return None
+    ttl = info.ttl
+    if info.limit is not None:  # a semaphore: a place frees when the first lease ends
+        ttl = min((h.ttl for h in info.holders if h.ttl is not None), default=ttl)
+    if ttl is not None and not math.isinf(ttl):
+        return max(1, math.ceil(ttl))
     return None
 
 

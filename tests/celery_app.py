@@ -69,6 +69,14 @@ def hold(self: Any, account_id: int, tag: str) -> str:
     return "done"
 
 
+@app.task(bind=True, base=SingleInstanceTask, lock_key="limited:{group}", lock_limit=2)
+def limited(self: Any, group: str, tag: str) -> str:
+    """At most two at once per group (a semaphore): runs until gate:<tag> opens."""
+    _event(tag, "start", self.request.id)
+    _wait_gate(tag)
+    return "done"
+
+
 @app.task
 @single_instance("short:{account_id}", ttl=1)
 def short_hold(account_id: int, tag: str) -> str:
@@ -92,7 +100,10 @@ def hold_or_retry(self: Any, account_id: int, tag: str) -> str:
 
 
 @app.task(
-    bind=True, base=SingleInstanceTask, lock_key="uniq:{item}", lock_ttl=30,
+    bind=True,
+    base=SingleInstanceTask,
+    lock_key="uniq:{item}",
+    lock_ttl=30,
     unique_on_enqueue=True,
 )
 def unique(self: Any, item: Any, tag: str) -> str:
@@ -104,8 +115,10 @@ def unique(self: Any, item: Any, tag: str) -> str:
 
 
 @app.task(
-    bind=True, base=SingleInstanceTask,
-    lock_key="typed:{ident}:{day}:{amount}:{at}", unique_on_enqueue=True,
+    bind=True,
+    base=SingleInstanceTask,
+    lock_key="typed:{ident}:{day}:{amount}:{at}",
+    unique_on_enqueue=True,
 )
 def typed(self: Any, ident: Any, day: Any, amount: Any, at: Any, tag: str = "typed") -> str:
     """Key from a UUID, a date, a Decimal and a datetime: must match at enqueue and run time."""
@@ -114,8 +127,14 @@ def typed(self: Any, ident: Any, day: Any, amount: Any, at: Any, tag: str = "typ
     return "done"
 
 
-@app.task(bind=True, base=SingleInstanceTask, lock_key="retry-keep:{n}", lock_ttl=30,
-          unique_on_enqueue=True, max_retries=3)
+@app.task(
+    bind=True,
+    base=SingleInstanceTask,
+    lock_key="retry-keep:{n}",
+    lock_ttl=30,
+    unique_on_enqueue=True,
+    max_retries=3,
+)
 def retry_once(self: Any, n: int, tag: str) -> str:
     """Retries itself once (countdown 1 s), keeping its lock; then finishes."""
     _event(tag, "run", self.request.id, self.request.retries)
@@ -213,17 +232,35 @@ class Worker:
     """A real ``celery worker`` subprocess on this app, in its own process group."""
 
     def __init__(
-        self, *, concurrency: int = 2, pool: str = "prefork", name: str = "w1",
+        self,
+        *,
+        concurrency: int = 2,
+        pool: str = "prefork",
+        name: str = "w1",
         queues: str = "celery",
     ) -> None:
         self.hostname = f"{name}-{os.getpid()}@127.0.0.1"
         self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"redislock-{self.hostname}.log"
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
-                f"--pool={pool}", f"--concurrency={concurrency}", "-l", "info",
-                "-n", self.hostname, "--without-gossip", "--without-mingle",
-                "--without-heartbeat", f"--logfile={self.log}", "-Q", queues,
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "tests.celery_app",
+                "worker",
+                f"--pool={pool}",
+                f"--concurrency={concurrency}",
+                "-l",
+                "info",
+                "-n",
+                self.hostname,
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                f"--logfile={self.log}",
+                "-Q",
+                queues,
             ],
             cwd=str(Path(__file__).resolve().parent.parent),
             env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
@@ -237,8 +274,9 @@ class Worker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"celery worker exited with {self.process.returncode}:\n"
-                                   + self.log_text())
+                raise RuntimeError(
+                    f"celery worker exited with {self.process.returncode}:\n" + self.log_text()
+                )
             replies = app.control.ping(destination=[self.hostname], timeout=0.5)
             if replies:
                 return

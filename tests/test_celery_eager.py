@@ -29,7 +29,9 @@ _BROKER = settings.REDIS_URL.rsplit("/", 1)[0] + "/3"
 
 eager = Celery("eager", set_as_current=False)
 eager.conf.update(
-    task_always_eager=True, task_eager_propagates=True, broker_url=_BROKER,
+    task_always_eager=True,
+    task_eager_propagates=True,
+    broker_url=_BROKER,
     result_backend=None,
 )
 queued = Celery("queued", set_as_current=False)
@@ -76,8 +78,13 @@ def waits_briefly(n: int) -> str:
     return "ran"
 
 
-@eager.task(base=SingleInstanceTask, lock_key="backlog-run:{n}", unique_on_enqueue=True,
-            lock_ttl=7, lock_enqueue_ttl=600)
+@eager.task(
+    base=SingleInstanceTask,
+    lock_key="backlog-run:{n}",
+    unique_on_enqueue=True,
+    lock_ttl=7,
+    lock_enqueue_ttl=600,
+)
 def backlogged_run(n: int) -> None:
     """Records its lock as its body sees it."""
     calls.append(locks.get(f"backlog-run:{n}"))
@@ -120,8 +127,13 @@ def shared(self: Any, n: int) -> str | None:
     return info.owner if info is not None and info.owner == self.request.id else None
 
 
-@queued.task(base=SingleInstanceTask, lock_key="backlog:{n}", unique_on_enqueue=True, lock_ttl=7,
-             lock_enqueue_ttl=600)
+@queued.task(
+    base=SingleInstanceTask,
+    lock_key="backlog:{n}",
+    unique_on_enqueue=True,
+    lock_ttl=7,
+    lock_enqueue_ttl=600,
+)
 def backlogged(n: int) -> None:
     """Its enqueue-time lock outlives a long wait in a busy queue."""
 
@@ -131,8 +143,9 @@ def by_order(order: Any) -> None:
     """A key from an attribute of an argument."""
 
 
-@queued.task(base=SingleInstanceTask, lock_key="q:{n}", unique_on_enqueue=True,
-             on_duplicate="raise")
+@queued.task(
+    base=SingleInstanceTask, lock_key="q:{n}", unique_on_enqueue=True, on_duplicate="raise"
+)
 def strict(n: int) -> None:
     """Raises DuplicateTaskError on a duplicate enqueue."""
 
@@ -333,7 +346,10 @@ def test_redis_unreachable_as_a_task_ends_keeps_its_result_and_the_lease_runs_ou
     upstream = redis.Redis.from_url(settings.REDIS_URL).connection_pool.connection_kwargs["port"]
     proxy = TcpProxy(upstream)
     client = redis.Redis(
-        host="127.0.0.1", port=proxy.port, socket_timeout=2, socket_connect_timeout=1,
+        host="127.0.0.1",
+        port=proxy.port,
+        socket_timeout=2,
+        socket_connect_timeout=1,
         retry=RedisRetry(NoBackoff(), 0),
     )
 
@@ -372,3 +388,30 @@ def test_enqueue_lease_can_outlive_a_backlog() -> None:
     backlogged_run.delay(3)
     assert calls[0] is not None and calls[0].hold_count == 2 and 0 < calls[0].ttl <= 7
     assert locks.get("backlog-run:3") is None
+
+
+def test_lock_limit_does_not_combine_with_unique_on_enqueue() -> None:
+    with pytest.raises(ValueError, match="unique_on_enqueue .* and lock_limit"):
+
+        @eager.task(base=SingleInstanceTask, lock_key="x", lock_limit=2, unique_on_enqueue=True)
+        def both() -> None:
+            """Never runs."""
+
+    with pytest.raises(ValueError, match="lock_limit must be between 1 and"):
+
+        @eager.task(base=SingleInstanceTask, lock_key="x", lock_limit=0)
+        def zero() -> None:
+            """Never runs."""
+
+
+def test_lock_limit_runs_eagerly_as_a_semaphore(name: str) -> None:
+    seen: list[Any] = []
+
+    @eager.task(base=SingleInstanceTask, lock_key="eager-limited:{n}", lock_limit=3)
+    def limited(n: int) -> None:
+        seen.append(locks.get(f"eager-limited:{n}"))
+
+    limited.delay(5)
+    (info,) = seen
+    assert info.primitive == "semaphore" and info.limit == 3 and info.kind == "task"
+    assert locks.get("eager-limited:5") is None

@@ -81,6 +81,30 @@ def test_duplicate_is_skipped_and_says_why(worker: ca.Worker, name: str) -> None
     assert locks.get("acct:7") is None
 
 
+def test_lock_limit_lets_that_many_run_at_once(worker: ca.Worker, name: str) -> None:
+    # This test process takes one of the two places; a worker task takes the other.
+    outsider = locks.semaphore(f"limited:{name}", 2, ttl=30, owner="outsider")
+    assert outsider.acquire(blocking=False)
+    first = ca.limited.delay(name, f"{name}-a")
+    assert wait_event(f"{name}-a") == ["start", first.id]
+    info = locks.get(f"limited:{name}")
+    assert info.primitive == "semaphore" and info.limit == 2
+    assert {h.owner for h in info.holders} == {"outsider", first.id}
+
+    second = ca.limited.delay(name, f"{name}-b")  # both places taken: skipped
+    skipped = second.get(timeout=RESULT_WAIT)
+    assert is_skipped(skipped) and first.id in skipped["holder"]
+    assert ca.probe.llen(f"events:{name}-b") == 0
+
+    outsider.release()  # a place frees: the next one runs beside the first
+    third = ca.limited.delay(name, f"{name}-c")
+    assert wait_event(f"{name}-c") == ["start", third.id]
+    open_gate(f"{name}-a")
+    open_gate(f"{name}-c")
+    assert first.get(timeout=RESULT_WAIT) == "done" and third.get(timeout=RESULT_WAIT) == "done"
+    assert locks.get(f"limited:{name}") is None
+
+
 def test_duplicate_retries_then_runs(worker: ca.Worker, name: str) -> None:
     first = ca.hold_or_retry.delay(3, f"{name}-a")
     assert wait_event(f"{name}-a")[0] == "start"
@@ -244,8 +268,14 @@ def test_revoked_and_expired_queued_tasks_release_their_enqueue_lock(
         assert info is not None and info.owner == result.id and info.ttl > 30
     ca.app.control.revoke(revoked.id)
     # Well within the 31 s lease: only the worker's revoke handler can free them this soon.
-    wait_until(lambda: locks.get("uniq:21") is None and locks.get("uniq:22") is None, 15,
-               "the revoke handler to release both enqueue locks")
+    wait_until(
+        lambda: locks.get("uniq:21") is None and locks.get("uniq:22") is None,
+        15,
+        "the revoke handler to release both enqueue locks",
+    )
     assert ca.probe.llen(f"events:{name}-a") == 0 and ca.probe.llen(f"events:{name}-b") == 0
-    wait_until(lambda: expiring.state == "REVOKED" and revoked.state == "REVOKED", RESULT_WAIT,
-               "the REVOKED states")
+    wait_until(
+        lambda: expiring.state == "REVOKED" and revoked.state == "REVOKED",
+        RESULT_WAIT,
+        "the REVOKED states",
+    )

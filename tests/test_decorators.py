@@ -60,10 +60,20 @@ def test_attribute_access_and_model_instances_as_pks() -> None:
 def test_values_key_the_same_as_after_a_json_round_trip() -> None:
     def f(a: Any, b: Any, c: Any, d: Any, e: Any) -> None: ...
 
-    values = (uuid.UUID(int=7), dt.date(2026, 1, 2), decimal.Decimal("1.50"),
-              dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.timezone.utc), (1, 2))
-    as_json = ("00000000-0000-0000-0000-000000000007", "2026-01-02", "1.50",
-               "2026-01-02T03:04:00+00:00", [1, 2])
+    values = (
+        uuid.UUID(int=7),
+        dt.date(2026, 1, 2),
+        decimal.Decimal("1.50"),
+        dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.timezone.utc),
+        (1, 2),
+    )
+    as_json = (
+        "00000000-0000-0000-0000-000000000007",
+        "2026-01-02",
+        "1.50",
+        "2026-01-02T03:04:00+00:00",
+        [1, 2],
+    )
     for key in ("{a}|{b}|{c}|{d}|{e}", single_instance.ARGS):
         spec = KeySpec(key, f)
         assert spec.render(values, {}) == spec.render(as_json, {})
@@ -303,7 +313,10 @@ def test_import_without_celery_installed() -> None:
         "try:\n    d.SingleInstanceTask\nexcept ImportError:\n    print('ok')\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
         cwd=str(Path(__file__).resolve().parent.parent),
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
     )
@@ -332,3 +345,35 @@ def test_explicit_owner_string_and_callable(name: str) -> None:
         assert locks.get(f"{name}:3") is not None  # still held by the outer hold
     finally:
         held.release()
+
+
+def test_a_limit_lets_that_many_calls_run_at_once(name: str) -> None:
+    inside = threading.Barrier(3, timeout=10)
+    leave = threading.Event()
+
+    @single_instance("export:{tenant}", limit=2, ttl=10)
+    def export(tenant: int) -> str:
+        inside.wait()  # two calls and the test meet here: both run at once
+        leave.wait(10)
+        return "ok"
+
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(export(7))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    inside.wait()
+    info = locks.get("export:7")
+    assert info.primitive == "semaphore" and info.limit == 2 and len(info.holders) == 2
+    with pytest.raises(LockNotAcquired, match="all 2 places of lock 'export:7' are taken"):
+        export(7)
+    leave.set()
+    for t in threads:
+        t.join(10)
+    assert results == ["ok", "ok"] and locks.get("export:7") is None
+
+
+def test_a_limit_is_checked_at_decoration(name: str) -> None:
+    with pytest.raises(ValueError, match="between 1 and"):
+        single_instance("x", limit=0)
+    with pytest.raises(TypeError, match="whole number"):
+        single_instance("x", limit="3")  # type: ignore[arg-type]

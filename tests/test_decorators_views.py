@@ -95,7 +95,14 @@ def raising(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse("ran")
 
 
+@csrf_exempt
+@single_instance("export:{tenant}", limit=2, ttl=30)
+def export(request: HttpRequest, tenant: int) -> HttpResponse:
+    return _seen(f"export:{tenant}")
+
+
 urlpatterns = [
+    path("export/<int:tenant>/", export),
     path("invoice/<int:pk>/", invoice),
     path("invoice-async/<int:pk>/", invoice_async),
     path("invoice-cbv/<int:pk>/", InvoiceView.as_view()),
@@ -197,3 +204,17 @@ def test_works_with_login_required_in_either_order(url: str) -> None:
         assert client.get(url).status_code == 409
     finally:
         lock.release()
+
+
+def test_a_limited_view_answers_409_only_when_every_place_is_taken() -> None:
+    first = locks.semaphore("export:3", 2, ttl=30, owner="first")
+    assert first.acquire(blocking=False)
+    assert Client().post("/export/3/").status_code == 200  # the second place
+    second = locks.semaphore("export:3", 2, ttl=8, owner="second", auto_renew=False)
+    assert second.acquire(blocking=False)
+    response = Client().post("/export/3/")
+    assert response.status_code == 409
+    # A place frees when the first lease ends: the shorter one, not the longest.
+    assert 1 <= int(response["Retry-After"]) <= 8
+    first.release()
+    second.release()

@@ -152,8 +152,9 @@ class LockInfo:
     @classmethod
     def from_redis(
         cls, name: str, key: str, fields: Mapping[Any, Any] | None, pttl: int
-    ) -> LockInfo:
-        """Build a LockInfo from a lock hash (``HGETALL``) and its ``PTTL``.
+    ) -> LockInfo | None:
+        """Build a LockInfo from a lock hash (``HGETALL``) and its ``PTTL`` (None for
+        a semaphore or read-write lock whose every lease ran out).
 
         *fields* is None for a key that is not a hash (another tool's): it
         shows as kind ``"foreign"``. Fields that do not parse are left unknown;
@@ -175,8 +176,9 @@ class LockInfo:
     def _shared(
         cls, name: str, key: str, data: dict[str | None, Any], primitive: str, pttl: int,
         ttl: float | None,
-    ) -> LockInfo:  # fmt: skip
-        """A semaphore's or read-write lock's snapshot, from its holder records."""
+    ) -> LockInfo | None:  # fmt: skip
+        """A semaphore's or read-write lock's snapshot, from its holder records (None
+        when every lease ran out)."""
         until = _int(data.get("until"))
         # The hash expires at `until` (Redis ms): Redis's "now" is until - PTTL.
         now_ms = until - pttl if until is not None and pttl >= 0 else None
@@ -190,7 +192,9 @@ class LockInfo:
             expiry = _int(parts[6])
             left = None
             if expiry is not None and now_ms is not None:
-                left = max(0.0, (expiry - now_ms) / 1000.0)
+                if expiry <= now_ms:
+                    continue  # its lease ran out: the next script drops it
+                left = (expiry - now_ms) / 1000.0
             holders.append(
                 _holder(
                     field_name[2:],
@@ -204,7 +208,9 @@ class LockInfo:
                 )  # fmt: skip
             )
         holders.sort(key=lambda h: (h.mode != "write", h.fencing_token or 0))
-        first = holders[0] if holders else HolderInfo(owner=None)
+        if not holders:
+            return None
+        first = holders[0]
         top = _top_fields(first)
         top["ttl"] = ttl
         limit = _int(data.get("limit")) if primitive == "semaphore" else None

@@ -294,6 +294,7 @@ OBSERVED = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 def info(fields: Any, pttl: int = 1500, name: str = "job") -> LockInfo:
     result = LockInfo.from_redis(name, f"rl:{{{name}}}", fields, pttl)
+    assert result is not None
     return dataclasses.replace(result, observed_at=OBSERVED)
 
 
@@ -574,4 +575,5 @@ def test_json_dict_rejects(value: Any) -> None:
 
 def test_lock_info_pid_true_is_not_a_pid() -> None:
     info = LockInfo.from_redis("n", "p:{n}", {b"owner": b"o", b"meta": b'{"pid": true}'}, 1000)
+    assert info is not None
     assert info.pid is None

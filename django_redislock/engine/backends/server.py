@@ -137,7 +137,9 @@ def snapshots(keyspace: KeySpace, keys: Sequence[Any], replies: list[Any]) -> li
         key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else raw_key
         name = keyspace.name_from_key(key)
         if name is not None and int(pttl) != -2:
-            infos.append(LockInfo.from_redis(name, key, fields, int(pttl)))
+            info = LockInfo.from_redis(name, key, fields, int(pttl))
+            if info is not None:
+                infos.append(info)
     return infos
 
 
