@@ -22,7 +22,7 @@ import redis.sentinel
 from django.conf import settings
 from django.test import override_settings
 
-from django_redislock import LockManager, LockNotAcquired
+from django_redislock import LockError, LockManager, LockNotAcquired
 from tests.replication import SERVICE, SentinelSetup
 
 
@@ -242,3 +242,86 @@ def test_no_lost_update_between_threads(manager: LockManager, lock_name: str) ->
     assert not any(t.is_alive() for t in threads)
     assert not overlaps
     assert int(store.get(counter) or 0) == 80
+
+
+def _on_redlock(manager: LockManager) -> bool:
+    from django_redislock.engine.backends.redlock import RedlockBase
+
+    return isinstance(manager.backend(), RedlockBase)
+
+
+def test_a_semaphore_admits_its_limit_and_hands_places_on(
+    manager: LockManager, lock_name: str
+) -> None:
+    a = manager.semaphore(lock_name, 2, owner="a", ttl=10)
+    if _on_redlock(manager):
+        with pytest.raises(LockError, match="not available on Redlock"):
+            a.acquire(blocking=False)
+        return
+    b = manager.semaphore(lock_name, 2, owner="b", ttl=10)
+    assert a.acquire(blocking=False) and b.acquire(blocking=False)
+    assert not manager.semaphore(lock_name, 2, owner="c").acquire(blocking=False)
+    got = threading.Event()
+
+    def wait() -> None:
+        with manager.semaphore(lock_name, 2, owner="c", ttl=10, timeout=10):
+            got.set()
+            time.sleep(0.2)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.2)
+    assert not got.is_set()
+    a.release()
+    assert got.wait(5)
+    assert {h.owner for h in manager.get(lock_name).holders} == {"b", "c"}
+    t.join(5)
+    b.release()
+    assert manager.get(lock_name) is None
+
+
+def test_a_rw_lock_shares_reads_and_excludes_the_writer(
+    manager: LockManager, lock_name: str
+) -> None:
+    if _on_redlock(manager):
+        with pytest.raises(LockError, match="not available on Redlock"):
+            manager.rw_lock(lock_name).write().acquire(blocking=False)
+        return
+    r1 = manager.rw_lock(lock_name, owner="r1", ttl=10).read()
+    r2 = manager.rw_lock(lock_name, owner="r2", ttl=10).read()
+    assert r1.acquire(blocking=False) and r2.acquire(blocking=False)
+    wrote = threading.Event()
+
+    def write() -> None:
+        with manager.rw_lock(lock_name, ttl=10, timeout=10).write():
+            wrote.set()
+
+    t = threading.Thread(target=write)
+    t.start()
+    time.sleep(0.2)
+    assert not wrote.is_set() and len(manager.get(lock_name).readers) == 2
+    r1.release()
+    r2.release()
+    assert wrote.wait(5)
+    t.join(5)
+    assert manager.get(lock_name) is None
+
+
+def test_a_barging_mutex_loses_no_update(manager: LockManager, lock_name: str) -> None:
+    lock = manager.lock(lock_name, ttl=10, fair=False, timeout=30)
+    counter = 0
+
+    def work() -> None:
+        nonlocal counter
+        for _ in range(30):
+            with lock:
+                value = counter
+                time.sleep(0.001)
+                counter = value + 1
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert counter == 90 and manager.get(lock_name) is None
