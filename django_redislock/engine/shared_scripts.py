@@ -112,9 +112,9 @@ local function entry_fields(e) return split(e, 5) end
     + r"""
 -- Grant every waiter at the head that may hold now, in order, and wake each.
 -- A hand-off is leased for the claim window until its waiter claims it. When
--- the head is *me* (the caller, asking again with the same nonce), it gets its
--- full lease and no message; returns its token then.
-local function handoff(retention, me)
+-- the head is *me* (the caller of an acquire, with *my* nonce, ttl and meta),
+-- it gets its full lease and no message; returns its token then.
+local function handoff(retention, me, my)
   local mine
   while true do
     local w, e = live_head()
@@ -126,7 +126,7 @@ local function handoff(retention, me)
     redis.call('HDEL', E, w)
     local ttl = tonumber(p[2])
     if w == me then
-      mine = grant(mode, limit, w, p[4], p[2], p[6], num(now_ms()), ttl, retention)
+      mine = grant(mode, limit, w, my[1], my[2], my[3], num(now_ms()), tonumber(my[2]), retention)
     else
       if ttl > CLAIM_MS then ttl = CLAIM_MS end
       local fence = grant(mode, limit, w, p[4], p[2], p[6], num(now_ms()), ttl, retention)
@@ -155,7 +155,7 @@ end
 
 -- After holders left: hand their places on, and drop the keys once nobody holds.
 local function settle(retention)
-  handoff(retention, nil)
+  handoff(retention, nil, nil)
   if redis.call('ZCARD', Z) == 0 then redis.call('DEL', L, Z) end
 end
 """
@@ -208,7 +208,7 @@ if admits(mode, owner, n) then
     return tonumber(grant(mode, limit, owner, nonce, ttl, meta, since, lease, retention))
   end
 end
-local mine = handoff(retention, owner)
+local mine = handoff(retention, owner, {nonce, ttl, meta})
 if mine then return tonumber(mine) end
 if not live_head() and admits(mode, owner, n) then
   return tonumber(grant(mode, limit, owner, nonce, ttl, meta, since, lease, retention))
