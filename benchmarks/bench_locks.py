@@ -280,6 +280,11 @@ LIBS: dict[str, Lib] = {
         Lib("pottery", "pottery Redlock", PotteryAdapter),
         Lib("ours", "ours auto_renew=True", lambda n: manager().lock(n, ttl=30, auto_renew=True)),
         Lib(
+            "ours_unfair",
+            "ours fair=False auto_renew=True",
+            lambda n: manager().lock(n, ttl=30, auto_renew=True, fair=False),
+        ),
+        Lib(
             "ours_norenew",
             "ours auto_renew=False",
             lambda n: manager().lock(n, ttl=30, auto_renew=False),
@@ -304,7 +309,7 @@ UNCONTENDED_DEFAULT = [
     "ours_reused",
     "ours_raw",
 ]
-CONTENDED_DEFAULT = ["ours", "prl", "redispy", "redispy_1ms", "pottery"]
+CONTENDED_DEFAULT = ["ours", "ours_unfair", "prl", "redispy", "redispy_1ms", "pottery"]
 WAKE_DEFAULT = ["ours", "prl", "redispy", "redispy_1ms", "pottery"]
 
 #: ``--baseline``: library keys run in a TreePool -> (that pool, the key run inside it).
@@ -759,6 +764,17 @@ def _redis_cpu(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def run_measured(
+    runner: Any, cmds: list[dict[str, Any]], timeout: float
+) -> tuple[list[dict[str, Any]], int, float]:
+    """*cmds* run by *runner* (a Pool), with the commands Redis processed and the
+    CPU seconds it spent meanwhile."""
+    r = client()
+    cmds0, cpu0 = _commands_processed(r), _redis_cpu(r)
+    results = runner.run(cmds, timeout=timeout)
+    return results, _commands_processed(r) - cmds0, _redis_cpu(r) - cpu0
+
+
 def run_contended_once(
     pool: Pool, lib_key: str, n: int, duration: float, tag: str
 ) -> dict[str, Any]:
@@ -769,10 +785,9 @@ def run_contended_once(
     start = now_ns() + int(0.5e9)
     end = start + int(duration * 1e9)
     hard_end = end + int(max(5.0, duration) * 1e9)
-    cmds_before = _commands_processed(r)
-    rcpu0 = _redis_cpu(r)
     runner, inner = _route(pool, lib_key)
-    results = runner.run(
+    results, cmds, redis_cpu = run_measured(
+        runner,
         [
             dict(
                 op="contend",
@@ -787,8 +802,6 @@ def run_contended_once(
         ],
         timeout=duration + 60,
     )
-    redis_cpu = _redis_cpu(r) - rcpu0
-    cmds = _commands_processed(r) - cmds_before
     errors = [res["error"] for res in results if "error" in res]
     counter_value = int(r.get(counter) or 0)
     recs = []  # (t_acq, t_rel_call, t_rel_return, worker index)
@@ -1201,6 +1214,7 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
     c = results.get("contended", {}).get("rows", {})
     for n in results.get("contended", {}).get("ns", []):
+        t.extend(unfair_targets(c, n))
         ours = c.get(f"ours@{n}")
         if not ours:
             continue
@@ -1258,6 +1272,38 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return t + regression_checks(results)
+
+
+#: Issue 9: ``fair=False`` must beat these peers (both barge or poll) in CS/s.
+UNFAIR_PEERS = ("prl", "redispy", "redispy_1ms")
+
+
+def unfair_targets(c: dict[str, dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """``ours_unfair`` at N=*n*: CS/s above python-redis-lock and redis-py ``Lock``
+    (each variant that ran), no lost update nor overlap. Fairness is not a target
+    of a barging lock: its fewest/most is shown, not checked."""
+    mine = c.get(f"ours_unfair@{n}")
+    if not mine:
+        return []
+    peers = [c[f"{k}@{n}"] for k in UNFAIR_PEERS if f"{k}@{n}" in c]
+    best = max(peers, key=lambda r: r["cs_per_s"] or 0.0, default=None)
+    out = []
+    if best is not None:
+        out.append(
+            {
+                "what": f"N={n}: fair=False CS/s above python-redis-lock and redis-py Lock",
+                "value": f"{mine['cs_per_s']:.0f} vs {best['cs_per_s']:.0f} ({best['label']})",
+                "ok": mine["cs_per_s"] > best["cs_per_s"],
+            }
+        )
+    out.append(
+        {
+            "what": f"N={n}: fair=False zero lost updates / overlaps",
+            "value": f"{mine['lost_updates']} lost, {mine['overlaps']} overlaps",
+            "ok": mine["lost_updates"] == 0 and mine["overlaps"] == 0,
+        }
+    )
+    return out
 
 
 #: --baseline: how much worse than the baseline (same run) still counts as no regression.
@@ -1344,6 +1390,24 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def redis_server(url: str | None) -> tuple[Any, str]:
+    """(None, *url*), or a throw-away redis-server started now and its URL."""
+    if url is not None:
+        return None, url
+    from tests.redis_server import RedisServer
+
+    server = RedisServer()
+    return server, server.url
+
+
+def write_json(results: dict[str, Any], out: str | None, pattern: str) -> None:
+    """Write *results* to *out*, or ``benchmarks/results/<strftime(pattern)>``; say where."""
+    path = Path(out) if out else ROOT / "benchmarks" / "results" / time.strftime(pattern)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, default=str))
+    print(f"JSON: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -1400,13 +1464,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    server = None
-    url = args.redis_url
-    if url is None:
-        from tests.redis_server import RedisServer
-
-        server = RedisServer()
-        url = server.url
+    server, url = redis_server(args.redis_url)
     configure(url)
     results: dict[str, Any] = {"machine": machine_info(), "args": vars(args), "redis_url": url}
     results["machine"]["redis_server"] = client().info("server").get("redis_version")
@@ -1476,23 +1534,13 @@ def main(argv: list[str] | None = None) -> int:
         f"load average at end {results['machine']['loadavg_at_end']})"
     )
     if not args.no_json:
-        out = (
-            Path(args.out)
-            if args.out
-            else (
-                ROOT
-                / "benchmarks"
-                / "results"
-                / time.strftime(
-                    "locks-before-after-%Y-%m-%d-%H%M%S.json"
-                    if baseline is not None
-                    else "locks-%Y-%m-%d-%H%M%S.json"
-                )
-            )
+        write_json(
+            results,
+            args.out,
+            "locks-before-after-%Y-%m-%d-%H%M%S.json"
+            if baseline is not None
+            else "locks-%Y-%m-%d-%H%M%S.json",
         )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=1, default=str))
-        print(f"JSON: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return 0
 
 
