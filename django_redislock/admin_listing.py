@@ -31,6 +31,8 @@ class ListQuery:
     mode: str = "contains"
     host: str = ""
     kind: str = ""
+    #: "mutex", "semaphore", "rwlock" or "" (any).
+    primitive: str = ""
     order: str = "name"
     #: Where the walk continues: an opaque cursor ("0" starts over).
     cursor: str = "0"
@@ -43,9 +45,11 @@ class ListQuery:
                     return False
             elif self.search not in info.name:
                 return False
-        if self.host and (info.host or "") != self.host:
+        if self.host and self.host not in _hosts(info):
             return False
         if self.kind and info.kind != self.kind:
+            return False
+        if self.primitive and info.primitive != self.primitive:
             return False
         return True
 
@@ -59,14 +63,23 @@ class Window:
     examined: int
     #: The cursor to continue from; "0" when the scan went through the whole keyspace.
     next_cursor: str
-    #: Owner hosts and kinds seen among the examined locks (for the filter lists).
+    #: Owner hosts, kinds and primitives seen among the examined locks (for the filter lists).
     hosts: set[str] = field(default_factory=set)
     kinds: set[str] = field(default_factory=set)
+    primitives: set[str] = field(default_factory=set)
 
     @property
     def complete(self) -> bool:
         """True if no matching lock was left unexamined."""
         return self.next_cursor == "0"
+
+
+def _hosts(info: LockInfo) -> set[str]:
+    """The hosts of every holder of *info* (a semaphore's or read-write lock's several)."""
+    found = {h.host for h in info.holders if h.host}
+    if info.host:
+        found.add(info.host)
+    return found
 
 
 def scan_pattern(keyspace: KeySpace, query: ListQuery) -> str:
@@ -114,15 +127,16 @@ def scan_window(
     rows: list[LockInfo] = []
     hosts: set[str] = set()
     kinds: set[str] = set()
+    primitives: set[str] = set()
     cursor, examined, calls = query.cursor, 0, 0
     while True:
         cursor, infos = manager.scan_page(cursor, pattern=pattern, count=batch)
         calls += 1
         examined += len(infos)
         for info in infos:
-            if info.host:
-                hosts.add(info.host)
+            hosts.update(_hosts(info))
             kinds.add(info.kind)
+            primitives.add(info.primitive)
             if query.matches(info):
                 rows.append(info)
         if cursor == "0" or len(rows) >= window or examined >= budget or calls >= max_calls:
@@ -133,4 +147,5 @@ def scan_window(
         next_cursor=cursor,
         hosts=hosts,
         kinds=kinds,
+        primitives=primitives,
     )

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
@@ -29,9 +30,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
-from .admin_listing import ORDERINGS, ListQuery, scan_window
+from .admin_listing import ORDERINGS, ListQuery, Window, scan_window
+from .admin_targets import PRIMITIVE_LABELS, Target, describe_primitive
 from .conf import get_setting
-from .engine.info import LockInfo
+from .engine.info import HolderInfo, LockInfo
 from .engine.validate import validate_name
 from .exceptions import LockBackendError
 from .manager import LockManager
@@ -104,52 +106,14 @@ class ViewerAdmin(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Target:
-    """A lock an operator selected, with the owner and fencing token they saw."""
-
-    name: str
-    owner: str | None
-    fence: int | None
-
-    @property
-    def unowned(self) -> bool:
-        """Seen with neither owner nor token (another tool's key): act only if still so."""
-        return self.owner is None and self.fence is None
-
-    @classmethod
-    def from_info(cls, info: LockInfo) -> Target:
-        """The target for the lock *info* describes."""
-        return cls(info.name, info.owner, info.fencing_token)
-
-    def encode(self) -> str:
-        """The value carried in a form field."""
-        return json.dumps({"n": self.name, "o": self.owner, "f": self.fence})
-
-    @classmethod
-    def decode(cls, value: str) -> Target | None:
-        """Parse a form value from :meth:`encode`; None if it is malformed."""
-        try:
-            data = json.loads(value)
-            name, owner, fence = data["n"], data["o"], data["f"]
-            validate_name(name)
-        except (ValueError, TypeError, KeyError):
-            return None
-        if owner is not None and not isinstance(owner, str):
-            return None
-        if fence is not None and (isinstance(fence, bool) or not isinstance(fence, int)):
-            return None
-        return cls(name, owner, fence)
-
-
-def describe_task(info: LockInfo) -> str:
+def describe_task(info: LockInfo | HolderInfo) -> str:
     """The Celery task holding *info*, or "" when a task did not take it."""
     if info.task_name or info.task_id:
         return f"task {info.task_name or '?'} [{info.task_id or '?'}]"
     return ""
 
 
-def describe_process(info: LockInfo) -> str:
+def describe_process(info: LockInfo | HolderInfo) -> str:
     """Where the holder of *info* runs: host, pid, thread (what is known of them)."""
     parts = []
     if info.host:
@@ -161,7 +125,7 @@ def describe_process(info: LockInfo) -> str:
     return ", ".join(parts)
 
 
-def describe_holder(info: LockInfo | None) -> str:
+def describe_holder(info: LockInfo | HolderInfo | None) -> str:
     """A one-line description of who holds *info*: task, host, pid, thread."""
     if info is None:
         return "nobody"
@@ -172,7 +136,10 @@ def describe_holder(info: LockInfo | None) -> str:
 
 def describe_age(info: LockInfo) -> str:
     """How long ago *info* was acquired, coarsely ("42 s ago", "3 h 5 min ago")."""
-    age = info.age
+    return _describe_age(info.age)
+
+
+def _describe_age(age: timedelta | None) -> str:
     if age is None:
         return ""
     seconds = max(0, int(age.total_seconds()))
@@ -204,6 +171,7 @@ def _query_from(request: HttpRequest) -> tuple[ListQuery, int, int]:
         mode="prefix" if get.get("match") == "prefix" else "contains",
         host=get.get("host", ""),
         kind=get.get("kind", ""),
+        primitive=get.get("primitive", ""),
         order=order if order in ORDERINGS else "name",
         cursor=cursor,
     )
@@ -216,6 +184,7 @@ def _params(query: ListQuery, page: int, refresh: int) -> dict[str, Any]:
         "match": "prefix" if query.mode == "prefix" else "",
         "host": query.host,
         "kind": query.kind,
+        "primitive": query.primitive,
         "o": "" if query.order == "name" else query.order,
         "cursor": "" if query.cursor == "0" else query.cursor,
         "p": "" if page == 1 else page,
@@ -250,9 +219,20 @@ class Row:
     target: str
     lease: float | None
     extra: str
+    #: The primitive ("mutex", "semaphore", "read-write lock") and how it is held
+    #: ("2 of 3 permits", "write", "3 readers"; "" for a mutex).
+    primitive: str = "mutex"
+    held_as: str = ""
+    #: Holders besides the one whose fields the row shows.
+    more_holders: int = 0
+
+
+def _extra(extra: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in extra.items())
 
 
 def _row(model_admin: ViewerAdmin, info: LockInfo) -> Row:
+    primitive, held_as = describe_primitive(info)
     return Row(
         info=info,
         detail_url=model_admin.url("change", quote(info.name)),
@@ -262,8 +242,44 @@ def _row(model_admin: ViewerAdmin, info: LockInfo) -> Row:
         age=describe_age(info),
         target=Target.from_info(info).encode(),
         lease=_seconds(info.ttl),
-        extra=", ".join(f"{k}={v}" for k, v in info.extra.items()),
+        extra=_extra(info.extra),
+        primitive=primitive,
+        held_as=held_as,
+        more_holders=max(0, len(info.holders) - 1),
     )
+
+
+@dataclass
+class HolderRow:
+    """One holder of a semaphore or read-write lock on its detail page."""
+
+    holder: HolderInfo
+    target: str
+    process: str
+    task: str
+    age: str
+    lease: float | None
+    extra: str
+    task_result_url: str | None
+
+
+def _holder_rows(model_admin: ViewerAdmin, info: LockInfo) -> list[HolderRow]:
+    """Every holder of *info* (a semaphore's or read-write lock's), writer first."""
+    return [
+        HolderRow(
+            holder=holder,
+            target=Target.from_holder(info, holder).encode(),
+            process=describe_process(holder),
+            task=describe_task(holder),
+            age=_describe_age(
+                info.observed_at - holder.acquired_at if holder.acquired_at else None
+            ),
+            lease=_seconds(holder.ttl),
+            extra=_extra(holder.extra),
+            task_result_url=_task_result_url(model_admin, holder.task_id),
+        )
+        for holder in info.holders
+    ]
 
 
 def _context(model_admin: ViewerAdmin, request: HttpRequest, title: str) -> dict[str, Any]:
@@ -337,9 +353,6 @@ def changelist_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpRespo
             "current": current,
             "descending": descending,
         }
-    base = {k: v for k, v in params.items() if k not in ("host", "kind", "p", "cursor")}
-    hosts = sorted((window.hosts if window else set()) | ({query.host} - {""}))
-    kinds = sorted((window.kinds if window else set()) | {"lock"} | ({query.kind} - {""}))
     context = {
         **_context(model_admin, request, "Locks held in Redis"),
         "query": query,
@@ -356,8 +369,8 @@ def changelist_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpRespo
             {"seconds": s, "url": _qs(params, refresh=s), "current": s == refresh}
             for s in REFRESH_CHOICES
         ],
-        "host_choices": _choices(hosts, query.host, lambda h: _qs(base, kind=query.kind, host=h)),
-        "kind_choices": _choices(kinds, query.kind, lambda k: _qs(base, host=query.host, kind=k)),
+        **_filter_choices(query, params, window),
+        "filtered": bool(query.search or query.host or query.kind or query.primitive),
         "prev_url": _qs(params, p=page.previous_page_number()) if page.has_previous() else None,
         "next_url": _qs(params, p=page.next_page_number()) if page.has_next() else None,
         "next_window_url": (
@@ -369,10 +382,41 @@ def changelist_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpRespo
     return TemplateResponse(request, "django_redislock/admin/lock_list.html", context)
 
 
-def _choices(values: list[str], current: str, url: Callable[[str], str]) -> list[dict[str, Any]]:
+def _filter_choices(
+    query: ListQuery, params: dict[str, Any], window: Window | None
+) -> dict[str, Any]:
+    """The sidebar's filter links (by host, kind and primitive), each keeping the others."""
+    filters = ("host", "kind", "primitive")
+    base = {k: v for k, v in params.items() if k not in (*filters, "p", "cursor")}
+    chosen = {f: params[f] for f in filters}
+
+    def url(**change: str) -> str:
+        return _qs(base, **{**chosen, **change})
+
+    hosts = sorted((window.hosts if window else set()) | ({query.host} - {""}))
+    kinds = sorted((window.kinds if window else set()) | {"lock"} | ({query.kind} - {""}))
+    seen = (window.primitives if window else set()) | {"mutex"} | ({query.primitive} - {""})
+    order = list(PRIMITIVE_LABELS)
+    primitives = sorted(seen, key=lambda p: (order.index(p) if p in order else len(order), p))
+    return {
+        "host_choices": _choices(hosts, query.host, lambda h: url(host=h)),
+        "kind_choices": _choices(kinds, query.kind, lambda k: url(kind=k)),
+        "primitive_choices": _choices(
+            primitives, query.primitive, lambda p: url(primitive=p), PRIMITIVE_LABELS
+        ),
+    }
+
+
+def _choices(
+    values: list[str],
+    current: str,
+    url: Callable[[str], str],
+    labels: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Filter links: "All" then one per value, marking the current one."""
+    names = labels or {}
     out = [{"label": "All", "url": url(""), "selected": not current}]
-    out += [{"label": v, "url": url(v), "selected": v == current} for v in values]
+    out += [{"label": names.get(v, v), "url": url(v), "selected": v == current} for v in values]
     return out
 
 
@@ -405,20 +449,23 @@ def _pretty(data: dict[str, Any] | None) -> str:
 
 
 def change_view(model_admin: ViewerAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
-    """Everything known about one lock, with the release and extend buttons."""
+    """Everything known about one lock, with the release and extend buttons (one
+    pair per holder of a semaphore or read-write lock)."""
     _require_view(model_admin, request)
     name = unquote(object_id)
     try:
         info = _current(model_admin, [validate_name(name)]).get(name)
     except (TypeError, ValueError):
         info = None
+    mutex = info if info is not None and info.primitive == "mutex" else None
     context = {
         **_context(model_admin, request, f"Lock {name}"),
         "name": name,
         "row": _row(model_admin, info) if info else None,
-        "meta_json": _pretty(info.meta if info else None),
-        "extra_json": _pretty(info.extra if info else None),
-        "task_result_url": _task_result_url(model_admin, info.task_id if info else None),
+        "holders": _holder_rows(model_admin, info) if info and not mutex else [],
+        "meta_json": _pretty(mutex.meta if mutex else None),
+        "extra_json": _pretty(mutex.extra if mutex else None),
+        "task_result_url": _task_result_url(model_admin, mutex.task_id if mutex else None),
     }
     return TemplateResponse(
         request, "django_redislock/admin/lock_detail.html", context, status=200 if info else 404
@@ -441,18 +488,24 @@ def _action_targets(
     targets = _targets(request)
     if not targets:
         messages.warning(request, "No locks were selected.")
-        return _back(model_admin, request)
+        return _back(model_admin, request, [])
     return targets
 
 
 def _targets(request: HttpRequest) -> list[Target]:
-    targets = []
-    seen: set[str] = set()
+    """The distinct targets posted, at most :data:`MAX_TARGETS` locks and holders in all."""
+    targets: list[Target] = []
+    seen: set[Target] = set()
+    parts = 0
     for value in request.POST.getlist("target")[:MAX_TARGETS]:
         target = Target.decode(value)
-        if target is not None and target.name not in seen:
-            seen.add(target.name)
-            targets.append(target)
+        if target is None or target in seen:
+            continue
+        parts += len(target.parts())
+        if parts > MAX_TARGETS:
+            break
+        seen.add(target)
+        targets.append(target)
     return targets
 
 
@@ -460,10 +513,23 @@ def _current(model_admin: ViewerAdmin, names: list[str]) -> dict[str, LockInfo]:
     return {info.name: info for info in model_admin.lock_manager.get_many(names)}
 
 
-def _back(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponseRedirect:
+def _back_url(model_admin: ViewerAdmin, request: HttpRequest, targets: list[Target]) -> str:
+    """Where an action returns: the lock's detail page when it was started there (one
+    lock), else the list with the query string it was started from."""
+    if request.POST.get("return_to") == "detail" and len({t.name for t in targets}) == 1:
+        return model_admin.url("change", quote(targets[0].name))
     # Only a query string is carried over, so the redirect cannot leave the list page.
     qs = request.POST.get("list_qs", "").lstrip("?")
-    return HttpResponseRedirect(model_admin.url("changelist") + ("?" + qs if qs else ""))
+    return model_admin.url("changelist") + ("?" + qs if qs else "")
+
+
+def _back(
+    model_admin: ViewerAdmin, request: HttpRequest, targets: list[Target]
+) -> HttpResponseRedirect:
+    url = _back_url(model_admin, request, targets)
+    if url != _back_url(model_admin, request, []) and not _current(model_admin, [targets[0].name]):
+        url = _back_url(model_admin, request, [])  # the lock is gone: its page would be a 404
+    return HttpResponseRedirect(url)
 
 
 def _log(request: HttpRequest, name: str, flag: int, message: str) -> None:
@@ -487,6 +553,28 @@ def _log(request: HttpRequest, name: str, flag: int, message: str) -> None:
         )
 
 
+def _confirm_item(part: Target, now: LockInfo | None, first: bool) -> dict[str, Any]:
+    """One row of the confirmation page: a lock, or one holder of one."""
+    status = part.status(now)
+    holder = part.holder_in(now)
+    if part.shared:
+        held_as = describe_primitive(now)[1] if now else ""
+        description = describe_holder(holder) if holder else f"now {held_as}"
+        lease = _seconds(holder.ttl) if holder else None
+    else:
+        description = describe_holder(now)
+        lease = _seconds(now.ttl) if now else None
+    return {
+        "target": part,
+        "first": first,
+        "mode": part.mode or "lock",
+        "holder": description,
+        "info": now,
+        "lease": lease,
+        "changed": status == "changed",
+    }
+
+
 def _confirm_page(
     model_admin: ViewerAdmin,
     request: HttpRequest,
@@ -499,32 +587,104 @@ def _confirm_page(
     items = []
     for target in targets:
         now = current.get(target.name)
-        items.append(
-            {
-                "target": target,
-                "value": target.encode(),
-                "holder": describe_holder(now),
-                "info": now,
-                "lease": _seconds(now.ttl) if now else None,
-                "changed": now is not None
-                and (now.owner != target.owner or now.fencing_token != target.fence),
-            }
-        )
+        for index, part in enumerate(target.parts()):
+            items.append(_confirm_item(part, now, index == 0))
+        if target.holders and now is not None:
+            seen = {(owner, fence) for owner, fence, _ in target.holders}
+            new = sum(1 for h in now.holders if (h.owner, h.fencing_token) not in seen)
+            if new:
+                items.append({"target": target, "arrived": new})
     verb = "Release" if action == "release" else "Extend"
+    count = len(targets)
+    what = "holder" if all(t.mode for t in targets) else "lock"
     context = {
-        **_context(model_admin, request, f"{verb} {len(targets)} lock{'s' * (len(targets) != 1)}?"),
+        **_context(model_admin, request, f"{verb} {count} {what}{'s' * (count != 1)}?"),
         "action": action,
         "action_url": model_admin.url(action),
         "items": items,
+        "values": [t.encode() for t in targets],
+        "shared": any(t.shared for t in targets),
         "seconds": seconds,
         "error": error,
         "list_qs": request.POST.get("list_qs", ""),
+        "return_to": "detail" if request.POST.get("return_to") == "detail" else "",
+        "back_url": _back_url(model_admin, request, targets),
     }
     return TemplateResponse(request, "django_redislock/admin/lock_confirm.html", context)
 
 
+#: The primitive each holder mode belongs to, for the audit log.
+_PRIMITIVE_OF_MODE = {"permit": "semaphore", "read": "read-write lock", "write": "read-write lock"}
+
+
+def _holder_words(part: Target) -> str:
+    """ "the read of read-write lock 'x'" for the audit log."""
+    return f"the {part.mode} of {_PRIMITIVE_OF_MODE.get(part.mode, 'lock')} {part.name!r}"
+
+
+@dataclass
+class Outcome:
+    """What one action did to the locks and holders it was given, for the messages."""
+
+    #: Mutexes acted on, and holders of semaphores / read-write locks acted on.
+    locks: int = 0
+    holders: list[str] = field(default_factory=list)
+    #: Mutexes now held by another owner or token; holders no longer holding.
+    changed_locks: list[str] = field(default_factory=list)
+    changed_holders: list[str] = field(default_factory=list)
+    #: Locks no longer held at all.
+    gone: set[str] = field(default_factory=set)
+    #: "name (why)" for what could not be done.
+    failed: list[str] = field(default_factory=list)
+
+    def done(self, part: Target) -> None:
+        """Count *part* as acted on."""
+        if part.shared:
+            self.holders.append(part.label())
+        else:
+            self.locks += 1
+
+    def changed(self, part: Target) -> None:
+        """Count *part* as left alone: the lock or holder changed since it was seen."""
+        (self.changed_holders if part.shared else self.changed_locks).append(part.label())
+
+    def report(self, request: HttpRequest, action: str, verb: str, by: str = "") -> None:
+        """The messages for the operator: *action* "release", *verb* "released"."""
+        if self.failed:
+            messages.error(request, f"Could not {action}: " + _few(self.failed))
+        n = self.locks
+        if n:
+            messages.success(request, f"{verb.capitalize()} {n} lock{'s' * (n != 1)}{by}.")
+        n = len(self.holders)
+        if n:
+            messages.success(
+                request, f"{verb.capitalize()} {n} holder{'s' * (n != 1)}{by}: {_few(self.holders)}"
+            )
+        n = len(self.gone)
+        if n:
+            messages.info(request, f"{n} lock{'s were' if n != 1 else ' was'} already released.")
+        if self.changed_locks:
+            messages.warning(
+                request,
+                f"Not {verb} because the lock changed owner since you looked: "
+                + _few(self.changed_locks),
+            )
+        if self.changed_holders:
+            messages.warning(
+                request,
+                f"Not {verb} because the holder no longer holds the lock (it was released, "
+                "expired or taken again with a new fencing token since you looked): "
+                + _few(self.changed_holders),
+            )
+
+
+def _few(labels: list[str], most: int = 20) -> str:
+    return ", ".join(labels[:most]) + (" …" if len(labels) > most else "")
+
+
 def release_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:
-    """Force-release the selected locks, after a confirmation page, comparing tokens."""
+    """Force-release the selected locks or holders, after a confirmation page,
+    comparing owners and tokens."""
     targets = _action_targets(model_admin, request, model_admin.has_release_permission)
     if isinstance(targets, HttpResponse):
         return targets
@@ -532,50 +692,45 @@ def release_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse
         return _confirm_page(model_admin, request, "release", targets, "")
     manager = model_admin.lock_manager
     before = _current(model_admin, [t.name for t in targets])
-    released, refused, gone, failed = 0, [], 0, []
-    for target in targets:
+    outcome = Outcome()
+    for part in (part for target in targets for part in target.parts()):
+        if part.name in outcome.gone or part.name not in before:
+            outcome.gone.add(part.name)  # what was seen of it is gone too
+            continue
         try:
             ok = manager.force_release(
-                target.name,
-                owner=target.owner,
-                fencing_token=target.fence,
-                unowned_only=target.unowned,
+                part.name, owner=part.owner, fencing_token=part.fence, unowned_only=part.unowned
             )
         except LockBackendError as exc:
-            failed.append(f"{target.name} ({exc})")
+            outcome.failed.append(f"{part.label()} ({exc})")
             continue
         if ok:
-            released += 1
-            _log(
-                request,
-                target.name,
-                DELETION,
-                f"Force-released lock {target.name!r} held by owner {target.owner or '?'} "
-                f"({describe_holder(before.get(target.name))}), fencing token "
-                f"{target.fence if target.fence is not None else '?'}.",
-            )
-        elif target.name in _current(model_admin, [target.name]):
-            refused.append(target.name)
+            outcome.done(part)
+            _log(request, part.name, DELETION, _release_message(part, before.get(part.name)))
+        elif part.name in _current(model_admin, [part.name]):
+            outcome.changed(part)
         else:
-            gone += 1
-    if failed:
-        messages.error(request, "Could not release: " + ", ".join(failed[:20]))
-    if released:
-        messages.success(request, f"Released {released} lock{'s' * (released != 1)}.")
-    if gone:
-        messages.info(request, f"{gone} lock{'s were' if gone != 1 else ' was'} already released.")
-    if refused:
-        messages.warning(
-            request,
-            "Not released because the lock changed owner since you looked: "
-            + ", ".join(refused[:20])
-            + (" …" if len(refused) > 20 else ""),
+            outcome.gone.add(part.name)
+    outcome.report(request, "release", "released")
+    return _back(model_admin, request, targets)
+
+
+def _release_message(part: Target, before: LockInfo | None) -> str:
+    token = part.fence if part.fence is not None else "?"
+    if part.shared:
+        holder = describe_holder(part.holder_in(before))
+        return (
+            f"Force-released {_holder_words(part)} held by owner {part.owner or '?'} "
+            f"({holder}), fencing token {token}."
         )
-    return _back(model_admin, request)
+    return (
+        f"Force-released lock {part.name!r} held by owner {part.owner or '?'} "
+        f"({describe_holder(before)}), fencing token {token}."
+    )
 
 
 def extend_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:
-    """Add time to the leases of the selected locks, after a confirmation page."""
+    """Add time to the leases of the selected locks or holders, after a confirmation page."""
     targets = _action_targets(model_admin, request, model_admin.has_extend_permission)
     if isinstance(targets, HttpResponse):
         return targets
@@ -595,38 +750,33 @@ def extend_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:
             raw,
             error=f"Enter a number of seconds between 1 and {MAX_EXTEND_SECONDS}.",
         )
-    done, refused, other = 0, [], []
-    for target in targets:
+    outcome = Outcome()
+    other = []
+    for part in (part for target in targets for part in target.parts()):
         result = model_admin.lock_manager.force_extend(
-            target.name,
+            part.name,
             seconds,
-            owner=target.owner,
-            fencing_token=target.fence,
-            unowned_only=target.unowned,
+            owner=part.owner,
+            fencing_token=part.fence,
+            unowned_only=part.unowned,
         )
         if result.extended:
-            done += 1
+            outcome.done(part)
+            token = part.fence if part.fence is not None else "?"
+            what = _holder_words(part) if part.shared else f"lock {part.name!r}"
             _log(
                 request,
-                target.name,
+                part.name,
                 CHANGE,
-                f"Extended the lease of lock {target.name!r} by {seconds:g} s to "
-                f"{result.ttl:.1f} s (owner {target.owner or '?'}, fencing token "
-                f"{target.fence if target.fence is not None else '?'}).",
+                f"Extended the lease of {what} by {seconds:g} s to {result.ttl:.1f} s "
+                f"(owner {part.owner or '?'}, fencing token {token}).",
             )
         elif result.status == "changed":
-            refused.append(target.name)
+            outcome.changed(part)
         else:
             why = "no expiry" if result.status == "no-expiry" else "gone"
-            other.append(f"{target.name} ({why})")
-    if done:
-        messages.success(request, f"Extended {done} lock{'s' * (done != 1)} by {seconds:g} s.")
-    if refused:
-        messages.warning(
-            request,
-            "Not extended because the lock changed owner since you looked: "
-            + ", ".join(refused[:20]),
-        )
+            other.append(f"{part.label()} ({why})")
+    outcome.report(request, "extend", "extended", f" by {seconds:g} s")
     if other:
-        messages.info(request, "Not extended: " + ", ".join(other[:20]))
-    return _back(model_admin, request)
+        messages.info(request, "Not extended: " + _few(other))
+    return _back(model_admin, request, targets)

@@ -172,7 +172,7 @@ class AcquireOp:
     def call(self, channel: bytes) -> Call:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
         args: tuple[Any, ...] = (
-            self.owner, self.nonce, self.ttl_arg, self.meta, int(time.time() * 1000),
+            self.owner, self.nonce, self.ttl_arg, self.meta, b"",
             self.retention_arg, channel, self.known,
         )  # fmt: skip
         if self.shared is not None:

@@ -8,11 +8,11 @@ All scripts take the same four keys (see :mod:`django_redislock.engine.keys`):
 ``KEYS[4]`` waiter entries (hash).
 
 Lock hash fields: ``owner``, ``count`` (re-entrant holds), ``fence`` (fencing
-token), ``since`` (ms since the epoch: the acquiring client's clock, or Redis's
-for a hand-off), ``ttl`` (lease in ms, 0 = none), ``op`` (nonce of the last
-acquire, for idempotent retries), ``rel`` (nonce of the last partial release),
-``meta`` (JSON written by the client). The fence hash holds ``fence`` (the last
-token) and ``rel`` (nonce of the last full release).
+token), ``since`` (ms since the epoch, by Redis's clock), ``ttl`` (lease in ms,
+0 = none), ``op`` (nonce of the last acquire, for idempotent retries), ``rel``
+(nonce of the last partial release), ``meta`` (JSON written by the client).
+The fence hash holds ``fence`` (the last token) and ``rel`` (nonce of the last
+full release).
 
 Waiting is FIFO with direct hand-off: a release (or a cancelled wait, or an
 acquire that finds the lock free while someone else is first in line) grants
@@ -51,6 +51,7 @@ local function grant(owner, nonce, ttl, meta, since_ms, retention, overwrite)
   local t = now_us()
   if t > fence then fence = t end
   fence = num(fence)
+  since_ms = num(math.floor(t / 1000))  -- Redis's clock: a skewed client cannot misdate it
   if redis.call('HSET', F, 'fence', fence) == 1 then redis.call('PEXPIRE', F, retention) end
   if overwrite then
     redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
@@ -133,8 +134,8 @@ ENTRY_LIFE_MS = 4000
 HANDOFF_CLAIM_MS = 2000
 _QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 
-# ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, now_ms (client clock, for
-#       the "since" field), retention_ms, channel ('' = do not queue when held),
+# ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, '' (unused: "since" is
+#       Redis's clock), retention_ms, channel ('' = do not queue when held),
 #       known ('' = unknown; else how many holds the client knows this owner
 #       has: a re-entry then sets the count to known + 1), barge ('1': take a
 #       free lock even when others wait, fair=False)

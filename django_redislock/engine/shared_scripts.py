@@ -92,6 +92,7 @@ local function grant(mode, limit, owner, nonce, ttl, meta, since, lease, retenti
   local t = now_us()
   if t > fence then fence = t end
   fence = num(fence)
+  since = num(math.floor(t / 1000))  -- Redis's clock, not the (possibly skewed) client's
   if redis.call('HSET', F, 'fence', fence) == 1 then redis.call('PEXPIRE', F, retention) end
   local exp = num(now_ms() + lease)
   local member = mode .. ':' .. owner
@@ -164,7 +165,7 @@ end
 #: Waiter entry life and claim window: the same as a mutex's.
 _BASE = _BASE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 
-# ARGV: owner, nonce, ttl_ms, meta, since_ms (client clock, display only),
+# ARGV: owner, nonce, ttl_ms, meta, '' (unused: "since" is Redis's clock),
 #       retention_ms, channel ('' = do not queue when held), known ('' or the
 #       holds the client knows this owner has), mode (s / r / w), limit (0 for rw).
 # Returns (see calls.decode_attempt): the fencing token (> 0) for a fresh

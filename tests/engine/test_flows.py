@@ -120,7 +120,7 @@ def acquire_run(channel: bytes) -> Callable[[Any], None]:
         assert (owner, nonce, ttl, meta, retention, chan, known) == (
             OWNER, NONCE, TTL, META, RETENTION, channel, b"",
         )  # fmt: skip
-        assert isinstance(now_ms, int) and now_ms > 1_600_000_000_000  # ms since the epoch
+        assert now_ms == b""  # unused: the scripts date a grant by Redis's clock
         assert call.action == "acquire the lock"
         assert call.name == NAME
 

@@ -1,4 +1,9 @@
-"""``manage.py redislock``: list, show and release locks from the shell."""
+"""``manage.py redislock``: list, show, release and extend locks from the shell.
+
+A semaphore or read-write lock is shown with every holder (mode, owner, token,
+lease); ``release`` and ``extend`` act on the holders matching ``--owner`` and/or
+``--fencing-token`` (``--token``), or on every holder when neither is given.
+"""
 
 from __future__ import annotations
 
@@ -9,29 +14,61 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_redislock.engine.info import LockInfo
+from django_redislock.engine.info import HolderInfo, LockInfo
 from django_redislock.exceptions import LockError
 from django_redislock.manager import LockManager
 
 
-def _lease(info: LockInfo) -> str:
-    if info.ttl is None:
+def _lease(ttl: float | None) -> str:
+    if ttl is None:
         return "-"
-    return "no expiry" if math.isinf(info.ttl) else f"{info.ttl:.1f}s"
+    return "no expiry" if math.isinf(ttl) else f"{ttl:.1f}s"
 
 
-def _holder(info: LockInfo) -> str:
+def _holder(info: LockInfo | HolderInfo) -> str:
     if info.task_id:
         return f"task {info.task_name or '?'}[{info.task_id}]"
     parts = [p for p in (info.host, str(info.pid) if info.pid else None, info.thread) if p]
     return "/".join(parts) or (info.owner or "?")
 
 
+def _primitive(info: LockInfo) -> str:
+    """``mutex``, ``semaphore 2/3``, ``rwlock write``, ``rwlock 3 readers``."""
+    if info.primitive == "semaphore":
+        return f"semaphore {len(info.holders)}/{info.limit if info.limit is not None else '?'}"
+    if info.primitive == "rwlock":
+        readers = len(info.readers)
+        reading = f"{readers} reader{'s' * (readers != 1)}"
+        if info.writer is not None:
+            return "rwlock write" + (f"+{reading}" if readers else "")
+        return f"rwlock {reading}"
+    return info.primitive
+
+
+def _matching(info: LockInfo | None, owner: str | None, token: int | None) -> list[HolderInfo]:
+    """The holders of *info* an operator action with *owner* / *token* acts on."""
+    if info is None:
+        return []
+    return [
+        h
+        for h in info.holders
+        if (not owner or h.owner == owner) and (token is None or h.fencing_token == token)
+    ]
+
+
+def _holder_line(holder: HolderInfo) -> str:
+    return (
+        f"  {holder.mode}\towner={holder.owner}\t{_holder(holder)}\t"
+        f"fence={holder.fencing_token}\tcount={holder.hold_count}\tlease={_lease(holder.ttl)}"
+    )
+
+
 class Command(BaseCommand):
-    """List held locks, show one lock's metadata, or force-release a lock."""
+    """List held locks, show one lock's holders and metadata, release or extend a lock."""
 
     help = (
-        "Inspect and release django-redislock locks: list [--prefix P] | show NAME | release NAME"
+        "Inspect and act on django-redislock locks: list [--prefix P] | show NAME | "
+        "release NAME [--owner O] [--token N] | extend NAME SECONDS [--owner O] [--token N]"
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -41,24 +78,36 @@ class Command(BaseCommand):
         listing.add_argument("--prefix", default="", help="only names starting with this")
         listing.add_argument("--limit", type=int, default=1000, help="stop after this many")
         listing.add_argument("--json", action="store_true", help="one JSON object per line")
-        show = sub.add_parser("show", help="show one lock")
+        show = sub.add_parser("show", help="show one lock and all its holders")
         show.add_argument("name")
         show.add_argument("--json", action="store_true")
-        release = sub.add_parser("release", help="force-release a lock (operator action)")
+        release = sub.add_parser("release", help="force-release a lock or holder (operator action)")
         release.add_argument("name")
-        release.add_argument("--owner", help="only if still held by this owner token")
-        release.add_argument("--fencing-token", type=int, help="only if still at this token")
+        extend = sub.add_parser("extend", help="add time to a lease (operator action)")
+        extend.add_argument("name")
+        extend.add_argument("seconds", type=float, help="seconds to add to the remaining lease")
+        for action in (release, extend):
+            action.add_argument(
+                "--owner", help="only the holder with this owner token (if it still holds)"
+            )
+            action.add_argument(
+                "--fencing-token",
+                "--token",
+                dest="fencing_token",
+                type=int,
+                help="only the holder with this fencing token (if it still holds)",
+            )
 
     def handle(self, *args: Any, **options: Any) -> None:
         manager = LockManager(options.get("cache"))
-        action = options["action"]
+        handlers = {
+            "list": self._list,
+            "show": self._show,
+            "release": self._release,
+            "extend": self._extend,
+        }
         try:
-            if action == "list":
-                self._list(manager, options)
-            elif action == "show":
-                self._show(manager, options)
-            else:
-                self._release(manager, options)
+            handlers[options["action"]](manager, options)
         except LockError as exc:
             raise CommandError(str(exc)) from exc
         except (TypeError, ValueError) as exc:
@@ -73,11 +122,17 @@ class Command(BaseCommand):
             count += 1
             if options["json"]:
                 self.stdout.write(json.dumps(_as_dict(info)))
-            else:
+                continue
+            if info.primitive == "mutex":
                 self.stdout.write(
-                    f"{info.name}\t{_holder(info)}\tfence={info.fencing_token}\t"
-                    f"count={info.hold_count}\tlease={_lease(info)}"
+                    f"{info.name}\t{_primitive(info)}\t{_holder(info)}\t"
+                    f"fence={info.fencing_token}\tcount={info.hold_count}\t"
+                    f"lease={_lease(info.ttl)}"
                 )
+                continue
+            self.stdout.write(f"{info.name}\t{_primitive(info)}\tlease={_lease(info.ttl)}")
+            for holder in info.holders:
+                self.stdout.write(_holder_line(holder))
         if not options["json"]:
             self.stdout.write(f"{count} lock(s) held")
 
@@ -89,25 +144,55 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(data))
             return
+        holders = data.pop("holders")
         for key, value in data.items():
             self.stdout.write(f"{key:>14}: {value}")
+        self.stdout.write(f"{'holders':>14}: {len(holders)}")
+        for holder in info.holders:
+            self.stdout.write(_holder_line(holder))
+
+    def _selection(self, options: dict[str, Any]) -> tuple[str, str | None, int | None]:
+        return options["name"], options.get("owner"), options.get("fencing_token")
+
+    def _not_done(self, name: str, owner: str | None, token: int | None) -> CommandError:
+        if owner or token is not None:
+            return CommandError(f"lock {name!r} is not held, or no longer by that owner/token")
+        return CommandError(f"lock {name!r} is not held")
 
     def _release(self, manager: LockManager, options: dict[str, Any]) -> None:
-        name = options["name"]
-        if manager.force_release(
-            name, owner=options.get("owner"), fencing_token=options.get("fencing_token")
-        ):
+        name, owner, token = self._selection(options)
+        before = manager.get(name)
+        if not manager.force_release(name, owner=owner, fencing_token=token):
+            raise self._not_done(name, owner, token)
+        if before is None or before.primitive == "mutex":
             self.stdout.write(f"released {name!r}")
-        elif options.get("owner") or options.get("fencing_token") is not None:
-            raise CommandError(f"lock {name!r} is not held, or no longer by that owner/token")
-        else:
-            raise CommandError(f"lock {name!r} is not held")
+            return
+        holders = _matching(before, owner, token)
+        self.stdout.write(f"released {len(holders)} holder(s) of {name!r}")
+        for holder in holders:
+            self.stdout.write(_holder_line(holder))
+
+    def _extend(self, manager: LockManager, options: dict[str, Any]) -> None:
+        name, owner, token = self._selection(options)
+        seconds = options["seconds"]
+        result = manager.force_extend(name, seconds, owner=owner, fencing_token=token)
+        if result.status == "no-expiry":
+            raise CommandError(f"lock {name!r} has no expiry: there is no lease to extend")
+        if not result.extended:
+            raise self._not_done(name, owner, token)
+        after = manager.get(name)
+        if after is None or after.primitive == "mutex":
+            self.stdout.write(f"extended {name!r} by {seconds:g}s: lease now {_lease(result.ttl)}")
+            return
+        holders = _matching(after, owner, token)
+        self.stdout.write(f"extended {len(holders)} holder(s) of {name!r} by {seconds:g}s")
+        for holder in holders:
+            self.stdout.write(_holder_line(holder))
 
 
-def _as_dict(info: LockInfo) -> dict[str, Any]:
+def _fields(info: LockInfo | HolderInfo) -> dict[str, Any]:
+    """The fields a lock and each of its holders share, as JSON-friendly values."""
     return {
-        "name": info.name,
-        "key": info.key,
         "owner": info.owner,
         "hold_count": info.hold_count,
         "fencing_token": info.fencing_token,
@@ -122,4 +207,15 @@ def _as_dict(info: LockInfo) -> dict[str, Any]:
         "task_name": info.task_name,
         "kind": info.kind,
         "extra": info.extra,
+    }
+
+
+def _as_dict(info: LockInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "key": info.key,
+        "primitive": info.primitive,
+        "limit": info.limit,
+        **_fields(info),
+        "holders": [{"mode": h.mode, **_fields(h)} for h in info.holders],
     }
