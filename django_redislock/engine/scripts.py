@@ -205,12 +205,22 @@ if not h[1] then
   handoff(retention)
 end
 if channel ~= '' then
-  local entry = num(now_ms() + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta
-  if redis.call('HSET', E, owner, entry) == 1 then
-    redis.call('RPUSH', Q, owner)
+  -- A waiter asking again (woken, or its fallback poll) keeps an entry of this
+  -- wait with more than half its life left: the keys live at least as long.
+  local old = redis.call('HGET', E, owner)
+  local fresh = false
+  if old then
+    local p = entry_fields(old)
+    fresh = p[4] == nonce and tonumber(p[1]) > now_ms() + life / 2
   end
-  redis.call('PEXPIRE', Q, life)
-  redis.call('PEXPIRE', E, life)
+  if not fresh then
+    local entry = num(now_ms() + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce
+                  .. '|' .. meta
+    redis.call('HSET', E, owner, entry)
+    if not old then redis.call('RPUSH', Q, owner) end
+    redis.call('PEXPIRE', Q, life)
+    redis.call('PEXPIRE', E, life)
+  end
 end
 return -2 - redis.call('PTTL', L)
 """
@@ -259,7 +269,10 @@ end
 if ARGV[5] == 'poke' then
   redis.call('DEL', L)
   local w, e = live_head()
-  if w then redis.call('PUBLISH', entry_fields(e)[3], entry_fields(e)[4]) end
+  if w then
+    local p = entry_fields(e)
+    redis.call('PUBLISH', p[3], p[4])
+  end
 elseif not handoff(retention, true) then
   redis.call('DEL', L)
 end

@@ -218,13 +218,21 @@ if channel ~= '' then
   local life = """
     + str(ENTRY_LIFE_MS)
     + r"""
-  local entry = num(now_ms() + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce .. '|'
-                .. mode .. limit .. '|' .. meta
-  if redis.call('HSET', E, owner, entry) == 1 then
-    redis.call('RPUSH', Q, owner)
+  -- As for a mutex: an entry of this wait with more than half its life left is kept.
+  local old = redis.call('HGET', E, owner)
+  local fresh = false
+  if old then
+    local p = entry_fields(old)
+    fresh = p[4] == nonce and tonumber(p[1]) > now_ms() + life / 2
   end
-  redis.call('PEXPIRE', Q, life)
-  redis.call('PEXPIRE', E, life)
+  if not fresh then
+    local entry = num(now_ms() + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce .. '|'
+                  .. mode .. limit .. '|' .. meta
+    redis.call('HSET', E, owner, entry)
+    if not old then redis.call('RPUSH', Q, owner) end
+    redis.call('PEXPIRE', Q, life)
+    redis.call('PEXPIRE', E, life)
+  end
 end
 return wait_hint()
 """
