@@ -663,12 +663,34 @@ class Lock:
         return owned()
 
     def ttl(self) -> float | None:
-        """Remaining lease in seconds; None when not held, ``math.inf`` when held without expiry."""
-        return _remaining(self.info())
+        """Remaining lease in seconds; None when not held, ``math.inf`` when held without expiry.
 
-    async def attl(self) -> float | None:
+        For a semaphore or read-write lock: the caller's own hold's (None when the
+        caller does not hold it; ``locks.get(name).holders`` has everybody's).
+        """
+        return self._remaining(self.info(), self.owner)
+
+    def attl(self) -> Coroutine[Any, Any, float | None]:
         """:meth:`ttl` for asyncio."""
-        return _remaining(await self.ainfo())
+        owner = self.owner
+
+        async def ttl() -> float | None:
+            return self._remaining(await self.ainfo(), owner)
+
+        return ttl()
+
+    def _remaining(self, info: LockInfo | None, owner: str) -> float | None:
+        if info is None:
+            return None
+        if self._shared is not None:
+            mode = MODE_NAMES[self._shared.mode]
+            mine = [h for h in info.holders if h.owner == owner and h.mode == mode]
+            if not mine:
+                return None
+            info_ttl = mine[0].ttl
+        else:
+            info_ttl = info.ttl
+        return math.inf if info_ttl is None else info_ttl
 
     def _owned_by(self, info: LockInfo | None, owner: str) -> bool:
         if info is None:
@@ -808,12 +830,6 @@ def _default_lease() -> tuple[int, bytes]:
         if len(_lease_cache) < 64:
             _lease_cache[value] = (ms, str(ms).encode())
         return ms, str(ms).encode()
-
-
-def _remaining(info: LockInfo | None) -> float | None:
-    if info is None:
-        return None
-    return math.inf if info.ttl is None else info.ttl
 
 
 def _refuse_in_event_loop(name: str, call: str, instead: str) -> None:

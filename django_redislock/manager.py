@@ -195,7 +195,8 @@ class LockManager:
         backend = self.backend()
         call = _force_release_call(backend, name, owner, fencing_token, unowned_only)
         before = self.get(name)
-        return _force_released(name, before, call_sync(call, backend))
+        reply = call_sync(call, backend)
+        return _force_released(name, before, reply, owner, fencing_token)
 
     async def aforce_release(
         self,
@@ -209,7 +210,8 @@ class LockManager:
         backend = self.source.abackend()
         call = _force_release_call(backend, name, owner, fencing_token, unowned_only)
         before = await self.aget(name)
-        return _force_released(name, before, await call_async(call, backend))
+        reply = await call_async(call, backend)
+        return _force_released(name, before, reply, owner, fencing_token)
 
     def force_extend(
         self,
@@ -277,14 +279,23 @@ def _force_release_call(
     return Call(force_release_script, keys, args, "force-release the lock", name)
 
 
-def _force_released(name: str, before: LockInfo | None, reply: Any) -> bool:
+def _force_released(
+    name: str, before: LockInfo | None, reply: Any, owner: str | None, fencing_token: int | None
+) -> bool:
     released = int(reply) == 1
     if released:
+        # The holders the script matched, as they were looked at just before.
+        holders = [
+            h
+            for h in (before.holders if before else ())
+            if (owner is None or h.owner == owner)
+            and (fencing_token is None or h.fencing_token == fencing_token)
+        ]
         logger.warning(
-            "redislock: lock %r force-released (owner %s, fencing token %s)",
+            "redislock: lock %r force-released (%s)",
             name,
-            before.owner if before else "?",
-            before.fencing_token if before else "?",
+            "; ".join(f"{h.mode} owner {h.owner}, fencing token {h.fencing_token}" for h in holders)
+            or f"owner {owner or '?'}, fencing token {fencing_token or '?'}",
         )
     signals.force_released.send(sender=LockManager, name=name, info=before, released=released)
     return released

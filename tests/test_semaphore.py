@@ -246,3 +246,17 @@ def test_semaphores_are_refused_on_redlock(name: str) -> None:
         manager.semaphore(name, 2).acquire(blocking=False)
     with pytest.raises(LockError, match="not available on Redlock"):
         manager.rw_lock(name).read().acquire(blocking=False)
+
+
+def test_ttl_is_the_callers_own_lease(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    mine = locks.semaphore(name, 2, ttl=5, auto_renew=False)
+    other = locks.semaphore(name, 2, ttl=30, owner="other", auto_renew=False)
+    assert mine.ttl() is None
+    assert mine.acquire(blocking=False) and other.acquire(blocking=False)
+    assert 0 < mine.ttl() <= 5 and 25 < other.ttl() <= 30
+    token = other.fencing_token
+    with caplog.at_level("WARNING", logger="django_redislock"):
+        assert locks.force_release(name, owner="other")
+    assert f"permit owner other, fencing token {token}" in caplog.text
+    assert mine.owned()
+    mine.release()
