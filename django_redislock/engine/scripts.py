@@ -100,6 +100,24 @@ local function live_head()
 end
 """
 
+_ENQUEUE = r"""
+-- Queue *owner* (or refresh its entry) for the wait *nonce*; *tail* is the entry
+-- after its expiry (ttl|channel|nonce|...). A waiter asking again (woken, or at
+-- its fallback poll) keeps an entry of this wait with more than half its life
+-- left, and the keys live at least as long.
+local function enqueue(owner, nonce, life, tail)
+  local old = redis.call('HGET', E, owner)
+  if old then
+    local p = split(old, 4)
+    if p[4] == nonce and tonumber(p[1]) > now_ms() + life / 2 then return end
+  end
+  redis.call('HSET', E, owner, num(now_ms() + life) .. '|' .. tail)
+  if not old then redis.call('RPUSH', Q, owner) end
+  redis.call('PEXPIRE', Q, life)
+  redis.call('PEXPIRE', E, life)
+end
+"""
+
 _QUEUE = (
     r"""
 local function now_ms() return math.floor(now_us() / 1000) end
@@ -109,6 +127,7 @@ local function now_ms() return math.floor(now_us() / 1000) end
 local function entry_fields(e) return split(e, 4) end
 """
     + _LIVE_HEAD
+    + _ENQUEUE
     + r"""
 -- Grant the lock to the first live waiter and wake it; false if there is none.
 local function handoff(retention, overwrite)
@@ -205,22 +224,7 @@ if not h[1] then
   handoff(retention)
 end
 if channel ~= '' then
-  -- A waiter asking again (woken, or its fallback poll) keeps an entry of this
-  -- wait with more than half its life left: the keys live at least as long.
-  local old = redis.call('HGET', E, owner)
-  local fresh = false
-  if old then
-    local p = entry_fields(old)
-    fresh = p[4] == nonce and tonumber(p[1]) > now_ms() + life / 2
-  end
-  if not fresh then
-    local entry = num(now_ms() + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce
-                  .. '|' .. meta
-    redis.call('HSET', E, owner, entry)
-    if not old then redis.call('RPUSH', Q, owner) end
-    redis.call('PEXPIRE', Q, life)
-    redis.call('PEXPIRE', E, life)
-  end
+  enqueue(owner, nonce, life, ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta)
 end
 return -2 - redis.call('PTTL', L)
 """
@@ -409,3 +413,5 @@ RELEASE_HEAD_FRAGMENT = _RELEASE_HEAD
 #: ``split(s, n)`` and ``live_head()`` (needs ``Q``, ``E`` and ``now_ms``).
 SPLIT_FRAGMENT = _SPLIT
 LIVE_HEAD_FRAGMENT = _LIVE_HEAD
+#: ``enqueue(owner, nonce, life, tail)`` (needs ``Q``, ``E``, ``split``, ``now_ms``, ``num``).
+ENQUEUE_FRAGMENT = _ENQUEUE

@@ -33,6 +33,7 @@ reader arriving behind a queued writer waits for it).
 from __future__ import annotations
 
 from .scripts import (
+    ENQUEUE_FRAGMENT,
     ENTRY_LIFE_MS,
     HANDOFF_CLAIM_MS,
     LIVE_HEAD_FRAGMENT,
@@ -110,6 +111,7 @@ end
 local function entry_fields(e) return split(e, 5) end
 """
     + LIVE_HEAD_FRAGMENT
+    + ENQUEUE_FRAGMENT
     + r"""
 -- Grant every waiter at the head that may hold now, in order, and wake each.
 -- A hand-off is leased for the claim window until its waiter claims it. When
@@ -218,21 +220,8 @@ if channel ~= '' then
   local life = """
     + str(ENTRY_LIFE_MS)
     + r"""
-  -- As for a mutex: an entry of this wait with more than half its life left is kept.
-  local old = redis.call('HGET', E, owner)
-  local fresh = false
-  if old then
-    local p = entry_fields(old)
-    fresh = p[4] == nonce and tonumber(p[1]) > now_ms() + life / 2
-  end
-  if not fresh then
-    local entry = num(now_ms() + life) .. '|' .. ttl .. '|' .. channel .. '|' .. nonce .. '|'
-                  .. mode .. limit .. '|' .. meta
-    redis.call('HSET', E, owner, entry)
-    if not old then redis.call('RPUSH', Q, owner) end
-    redis.call('PEXPIRE', Q, life)
-    redis.call('PEXPIRE', E, life)
-  end
+  enqueue(owner, nonce, life, ttl .. '|' .. channel .. '|' .. nonce .. '|' .. mode .. limit
+                             .. '|' .. meta)
 end
 return wait_hint()
 """
