@@ -57,12 +57,15 @@ local function num(x) return string.format('%.0f', x) end
 local function rec(s) return split(s, 7) end
 local function pack(r) return table.concat(r, '|', 1, 8) end
 
--- The hash and the lease set live until the longest lease; `until` says when.
+-- The hash and the lease set live at least until the longest lease ends; `until`
+-- says when. Moved to twice the lease ahead, so that most grants and renewals
+-- find it far enough already.
 local function keep_until(exp)
   if exp > (tonumber(redis.call('HGET', L, 'until')) or 0) then
-    redis.call('HSET', L, 'until', num(exp))
-    redis.call('PEXPIREAT', L, num(exp))
-    redis.call('PEXPIREAT', Z, num(exp))
+    local at = num(2 * exp - now_ms())
+    redis.call('HSET', L, 'until', at)
+    redis.call('PEXPIREAT', L, at)
+    redis.call('PEXPIREAT', Z, at)
   end
 end
 
@@ -99,10 +102,14 @@ local function grant(mode, limit, owner, nonce, ttl, meta, since, lease, retenti
   local member = mode .. ':' .. owner
   local kind = 'rwlock'
   if mode == 's' then kind = 'semaphore' end
-  redis.call('HSET', L, member, table.concat({'1', fence, since, ttl, nonce, '', exp, meta}, '|'),
-             'type', kind)
-  if mode == 's' then redis.call('HSET', L, 'limit', limit) end
-  if mode == 'w' then redis.call('HSET', L, 'writer', owner) end
+  local record = table.concat({'1', fence, since, ttl, nonce, '', exp, meta}, '|')
+  if mode == 's' then
+    redis.call('HSET', L, member, record, 'type', kind, 'limit', limit)
+  elseif mode == 'w' then
+    redis.call('HSET', L, member, record, 'type', kind, 'writer', owner)
+  else
+    redis.call('HSET', L, member, record, 'type', kind)
+  end
   redis.call('ZADD', Z, exp, member)
   keep_until(tonumber(exp))
   return fence
@@ -288,9 +295,10 @@ local function set_expiry(s, exp)
   redis.call('HSET', L, member, table.concat(r, '|', 1, 8))
   redis.call('ZADD', Z, text, member)
   if exp > (tonumber(redis.call('HGET', L, 'until')) or 0) then
-    redis.call('HSET', L, 'until', text)
-    redis.call('PEXPIREAT', L, text)
-    redis.call('PEXPIREAT', Z, text)
+    local at = string.format('%.0f', 2 * exp - now)  -- as keep_until
+    redis.call('HSET', L, 'until', at)
+    redis.call('PEXPIREAT', L, at)
+    redis.call('PEXPIREAT', Z, at)
   end
 end
 """
