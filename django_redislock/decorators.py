@@ -27,6 +27,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 
 from ._keys_template import ARGS, KeySpec
+from .engine.guarding import guarding
 from .engine.info import LockInfo
 from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after, task_hooks
 from .semaphore import validate_limit
@@ -165,9 +166,11 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
 def _run_held(
     lock: Lock, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    # Same exit semantics as ``with lock:`` (LockLost when the lease was lost).
+    # Same exit semantics as ``with lock:`` (LockLost when the lease was lost). Code
+    # the call runs is the guard's owner for its name: it re-enters, never waits on it.
     try:
-        result = func(*args, **kwargs)
+        with guarding(lock.name, lock.owner):
+            result = func(*args, **kwargs)
     except BaseException:
         lock.__exit__(*sys.exc_info())
         raise
@@ -196,7 +199,8 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
                 response = await response
             return response
         try:
-            result = await func(*args, **kwargs)
+            with guarding(lock.name, lock.owner):
+                result = await func(*args, **kwargs)
         except BaseException:
             await lock.__aexit__(*sys.exc_info())
             raise

@@ -32,10 +32,11 @@ from .conf import get_setting
 from .engine import flows
 from .engine.calls import Attempt, Call, NotReplicated
 from .engine.driver import call_async, call_sync, run_async, run_sync
+from .engine.guarding import guard_owner
 from .engine.holds import Hold, HoldTable, known_holds
 from .engine.identity import HOSTNAME, current_owner, new_nonce
 from .engine.keys import LockKeys
-from .engine.scripts import HANDOFF_CLAIM_MS, extend_script, release_script
+from .engine.scripts import HANDOFF_CLAIM_MS, extend_script, release_script, transfer_script
 from .engine.shared import MODE_NAMES, Shared
 from .engine.validate import (
     json_dict,
@@ -104,6 +105,11 @@ class Lock:
         ``REDISLOCK_WAIT_REPLICAS``; 0 = do not wait). An unconfirmed grant is
         given back and retried while the timeout allows, then
         :class:`LockNotReplicated` is raised. See docs/topology.md.
+    :param inherit_from: advanced: an owner whose holds an acquire takes over
+        (they become this lock's owner's, plus one), as a Celery task's execution
+        takes over the hold its task id took at enqueue time. Without an explicit
+        ``owner``, inside a guarded task, view or function, a lock on the guard's
+        own name is owned by the guard (see ``engine/guarding.py``).
     :param fair: ``True`` (default): a release hands the lock to the first
         waiter (FIFO). ``False``: a release frees it and wakes the first waiter,
         and whoever asks first gets it, the releasing process included
@@ -131,6 +137,7 @@ class Lock:
         meta: dict[str, Any] | None = None,
         wait_replicas: int | None = None,
         fair: bool = True,
+        inherit_from: str | bytes | None = None,
     ) -> None:
         self.name = validate_name(name)
         if self._shared is not None and (no_expiry or ttl is None):
@@ -144,6 +151,9 @@ class Lock:
             raise ValueError("fair=False is for mutexes (locks.lock) only")
         #: Whether a release hands the lock to the first waiter (else: barging).
         self.fair = fair
+        if inherit_from is not None and self._shared is not None:
+            raise ValueError("inherit_from is for mutexes (locks.lock) only")
+        self._parent = "" if inherit_from is None else validate_owner(inherit_from)
         self.manager = manager
         self._source = default_source if manager is None else manager.source
         if ttl is _UNSET and not no_expiry:
@@ -195,8 +205,10 @@ class Lock:
 
     @property
     def owner(self) -> str:
-        """The owner token acquiring/releasing on behalf of the caller right now."""
-        return self._owner or current_owner()
+        """The owner token acquiring/releasing on behalf of the caller right now: the
+        explicit ``owner``, else the guard's running on this name (a guarded task,
+        view or function holding it), else the current thread's or asyncio task's."""
+        return self._owner or guard_owner(self.name) or current_owner()
 
     def _call_keys(self, backend: Backend | AsyncBackend) -> tuple[bytes, ...]:
         """The keys of this lock's acquire, release and cancel scripts."""
@@ -294,7 +306,7 @@ class Lock:
 
         keys = self._call_keys(backend)  # (fills the key cache _known_key reads)
         known = b""
-        if self._owner is None:
+        if self._made_up(owner):
             count = known_holds.get(self._known_key(owner))
             known = _COUNTS[count] if count < len(_COUNTS) else str(count).encode()
         return flows.AcquireOp(
@@ -313,6 +325,7 @@ class Lock:
             replicas=self.wait_replicas,
             shared=self._shared,
             barge=not self.fair,
+            parent=self._parent,
         )
 
     def acquire(
@@ -512,15 +525,20 @@ class Lock:
 
     def _know(self, owner: str, holds: int) -> None:
         """Record what Redis confirmed about an owner this process made up (see KnownHolds)."""
-        if self._owner is None:
+        if self._made_up(owner):
             known_holds.set(self._known_key(owner), holds)
+
+    def _made_up(self, owner: str) -> bool:
+        """Whether *owner* is one this process made up for a thread or task (neither an
+        explicit owner nor a guard's, whose holds other Lock objects count)."""
+        return self._owner is None and guard_owner(self.name) != owner
 
     def _release_unconfirmed(self, owner: str, everything: bool) -> None:
         self._holds.release_failed(owner)
         # The release may or may not have happened. It counts as done: should it
         # not have, the owner's next acquire drops the hold instead of counting
         # it, so the lock cannot stay held for good.
-        if self._owner is None:
+        if self._made_up(owner):
             key = self._known_key(owner)
             known_holds.set(key, 0 if everything else known_holds.get(key) - 1)
 
@@ -546,6 +564,26 @@ class Lock:
         hold = self._holds.forget(owner)
         if hold is not None and hold.watch is not None:
             watchdog.unwatch(hold.watch)
+
+    def _transfer(self, new_owner: str) -> int:
+        """Hand every hold of the caller's owner to *new_owner* (a mutex only; see
+        ``engine/scripts.py`` TRANSFER); returns the holds handed over (0: none).
+
+        Advanced, for the Celery integration: an execution parks the hold it keeps
+        for its retry under the task id. The local hold is forgotten.
+        """
+        if self._shared is not None:
+            raise LockError(f"{self.name!r}: only a mutex's holds can be handed over")
+        backend = self._source.backend()
+        owner = self.owner
+        args = (owner, validate_owner(new_owner))
+        keys = self._keys(backend).all[:1]
+        call = Call(transfer_script, keys, args, "hand the lock over", self.name)
+        handed = int(call_sync(call, backend))
+        self._forget(owner)
+        if self._made_up(owner):
+            known_holds.set(self._known_key(owner), 0)
+        return handed
 
     # -- extend ----------------------------------------------------------------
 

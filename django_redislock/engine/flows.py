@@ -111,7 +111,7 @@ class AcquireOp:
     __slots__ = (
         "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name", "known",
         "blocking", "timeout", "claim_inline", "on_contended", "clock", "jitter", "replicas",
-        "deadline", "shared", "barge",
+        "deadline", "shared", "barge", "parent",
     )  # fmt: skip
 
     def __init__(
@@ -134,6 +134,7 @@ class AcquireOp:
         replicas: int = 0,
         shared: Shared | None = None,
         barge: bool = False,
+        parent: str = "",
     ) -> None:
         #: The mutex scripts' four keys, or the five of a *shared* hold.
         self.keys = keys
@@ -168,6 +169,8 @@ class AcquireOp:
         self.shared = shared
         #: Take a free mutex even when others wait (``fair=False``).
         self.barge = barge
+        #: An owner whose holds of a mutex this acquire takes over ("": none).
+        self.parent = parent
 
     def call(self, channel: bytes) -> Call:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
@@ -179,7 +182,9 @@ class AcquireOp:
             return self.shared.acquire_call(
                 self.keys, args, self.name, self.replicas, self.deadline
             )
-        if self.barge:
+        if self.parent:
+            args += (b"1" if self.barge else b"", self.parent)
+        elif self.barge:
             args += (b"1",)
         return Call(
             acquire_script,

@@ -18,12 +18,14 @@ from .scripts import (
     GRANT_FRAGMENT,
     REENTER_FRAGMENT,
     RELEASE_HEAD_FRAGMENT,
+    TAKEOVER_FRAGMENT,
     Script,
 )
 
-# ARGV as ACQUIRE: owner, nonce, ttl_ms, meta, now_ms, retention_ms, channel ('' =
-# do not wait), known ('' = unknown holds).  Returns as ACQUIRE: a fresh grant's
-# token, {fence, count} for a re-entry or a repeat, -2 - pttl when held.
+# ARGV as ACQUIRE: owner, nonce, ttl_ms, meta, '', retention_ms, channel ('' =
+# do not wait), known ('' = unknown holds), (barge: unused), parent owner.
+# Returns as ACQUIRE: a fresh grant's token, {fence, count} for a re-entry, a
+# take-over or a repeat, -2 - pttl when held.
 RL_ACQUIRE = (
     GRANT_FRAGMENT
     + REENTER_FRAGMENT
@@ -31,6 +33,9 @@ RL_ACQUIRE = (
 if not h[1] then
   return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], ARGV[6]))
 end
+"""
+    + TAKEOVER_FRAGMENT
+    + r"""
 if ARGV[7] ~= '' then
   local expiry = math.floor(now_us() / 1000) + LIFE
   redis.call('HSET', E, nonce, string.format('%.0f', expiry) .. '|' .. ARGV[7])

@@ -157,7 +157,8 @@ _QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 #       Redis's clock), retention_ms, channel ('' = do not queue when held),
 #       known ('' = unknown; else how many holds the client knows this owner
 #       has: a re-entry then sets the count to known + 1), barge ('1': take a
-#       free lock even when others wait, fair=False)
+#       free lock even when others wait, fair=False), parent ('' or absent; else
+#       an owner whose holds this owner takes over: see Lock's inherit_from)
 # Returns (see decode_attempt): the fencing token (> 0) for a fresh grant,
 # {fence, count} when the caller already held it, -2 - pttl_ms (<= -1) when held,
 # 'TYPE <primitive>' when the name is a semaphore's or read-write lock's.
@@ -191,6 +192,22 @@ if h[1] == owner then
 end
 """
 
+# After the re-entry and the free-lock grant of an acquire: take over the holds
+# of the parent owner (ARGV[10]: a Celery task's enqueue-time hold, or the one an
+# earlier execution kept for its retry), one more, now the caller's.
+_TAKEOVER = r"""
+if h[1] and h[1] == ARGV[10] then
+  local c = redis.call('HINCRBY', L, 'count', 1)
+  redis.call('HSET', L, 'owner', owner, 'op', nonce, 'meta', meta)
+  local want = tonumber(ttl)
+  if want > 0 then
+    local p = redis.call('PTTL', L)
+    if p >= 0 and p < want then redis.call('PEXPIRE', L, want) end
+  end
+  return {h[3], c}
+end
+"""
+
 ACQUIRE = (
     _GRANT
     + _REENTER
@@ -207,6 +224,7 @@ if not h[1] then
   end
 end
 """
+    + _TAKEOVER
     + _QUEUE
     + r"""
 local channel, life = ARGV[7], """
@@ -284,6 +302,16 @@ if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retent
 return 0
 """
 )
+
+# ARGV: from owner, to owner.  Hands every hold of *from* to *to* (a Celery
+# execution parking the hold it keeps for its retry under the task id).
+# Returns the hold count handed over, 0 when *from* does not hold the lock.
+TRANSFER = r"""
+local h = redis.call('HMGET', KEYS[1], 'owner', 'count')
+if h[1] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'owner', ARGV[2])
+return tonumber(h[2])
+"""
 
 # ARGV: owner, ms, replace (0/1)
 # Returns the new lease in ms, -1 when not owned, -2 when the lock has no expiry.
@@ -404,11 +432,13 @@ extend_script = Script("extend", EXTEND)
 renew_script = Script("renew", RENEW)
 claim_script = Script("claim", CLAIM)
 cancel_script = Script("cancel", CANCEL)
+transfer_script = Script("transfer", TRANSFER)
 
 #: The Lua that grants a lock (token, hash fields, lease), and the start of an
 #: acquire (a repeat or a re-entry), for other script families (Redlock) to build on.
 GRANT_FRAGMENT = _GRANT
 REENTER_FRAGMENT = _REENTER
+TAKEOVER_FRAGMENT = _TAKEOVER
 RELEASE_HEAD_FRAGMENT = _RELEASE_HEAD
 #: ``split(s, n)`` and ``live_head()`` (needs ``Q``, ``E`` and ``now_ms``).
 SPLIT_FRAGMENT = _SPLIT
