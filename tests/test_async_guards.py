@@ -11,6 +11,7 @@ one shared thread.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import Coroutine
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import AsyncClient, RequestFactory
 from django.urls import path
@@ -272,3 +273,24 @@ def test_sync_lock_through_sync_to_async_gives_each_task_its_own_owner(
     assert (acquired, is_owner) == (False, False), "the second task passed for the holder"
     assert first_owner != second_owner
     assert manager.get(name) is None
+
+
+def test_sync_to_async_owners_do_not_leak_from_an_earlier_event_loop(
+    manager: LockManager, name: str
+) -> None:
+    """A call owner asgiref copied back into this thread's context (async_to_sync
+    restores the context variables its coroutine set) is not inherited by the tasks of
+    a later event loop: they are still two owners."""
+    lock = manager.lock(name)
+    seen = contextvars.copy_context()
+
+    async def leak() -> str:
+        return await sync_to_async(lambda: lock.owner)()
+
+    leaked = seen.run(async_to_sync(leak))
+
+    async def two() -> list[str]:
+        return list(await asyncio.gather(leak(), leak()))
+
+    owners = seen.run(lambda: _run(two()))
+    assert len(set(owners)) == 2 and leaked not in owners

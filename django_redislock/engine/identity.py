@@ -27,8 +27,11 @@ _thread_state = threading.local()
 _task_tokens: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.WeakKeyDictionary()
 _task_tokens_lock = threading.Lock()
 _fork_hooks: list[Callable[[], None]] = []
-#: The owner of sync code run by asgiref's ``sync_to_async`` (see current_owner).
-_call_owner: contextvars.ContextVar[str] = contextvars.ContextVar("redislock_call_owner")
+#: The owner of sync code run by asgiref's ``sync_to_async`` (see current_owner),
+#: with the event loop it was made for.
+_call_owner: contextvars.ContextVar[tuple[int, str]] = contextvars.ContextVar(
+    "redislock_call_owner"
+)
 
 try:  # asgiref comes with Django; the engine does not need it otherwise
     from asgiref.sync import SyncToAsync
@@ -70,17 +73,26 @@ def current_owner() -> str:
             with _task_tokens_lock:
                 token = _task_tokens.setdefault(task, secrets.token_hex(8))
         return f"{_process_token}:t{token}"
+    # Tested before the thread's own token: asgiref's executor thread may have been
+    # given one by code it ran outside a sync_to_async call (a sync view run by
+    # the test client, say), and must not pass for one owner of every task later.
+    main_loop = (
+        None if _asgiref_thread is None else getattr(_asgiref_thread, "main_event_loop", None)
+    )
+    if main_loop is not None:
+        # A token made for another event loop was inherited, not made by this
+        # task: asgiref also copies context variables back through async_to_sync,
+        # so one can leak into a thread's context and from there into every task
+        # a later event loop starts.
+        made = _call_owner.get(None)
+        if made is None or made[0] != id(main_loop) or not made[1].startswith(_process_token):
+            made = (id(main_loop), f"{_process_token}:c{secrets.token_hex(8)}")
+            _call_owner.set(made)
+        return made[1]
     # (process token, owner token): a thread that survived a fork gets a new one.
-    # Only threads of our own get one, so the asgiref test below is made once.
     pair: tuple[str, str] | None = getattr(_thread_state, "pair", None)
     if pair is not None and pair[0] == _process_token:
         return pair[1]
-    if _asgiref_thread is not None and getattr(_asgiref_thread, "main_event_loop", None):
-        token = _call_owner.get(None)
-        if token is None or not token.startswith(_process_token):
-            token = f"{_process_token}:c{secrets.token_hex(8)}"
-            _call_owner.set(token)
-        return token
     pair = (_process_token, f"{_process_token}:{secrets.token_hex(8)}")
     _thread_state.pair = pair
     return pair[1]
