@@ -8,9 +8,15 @@ Celery is installed.
 
 How a task's lock lives:
 
-* owner = the task id, so the lock taken by ``apply_async`` (with
-  ``unique_on_enqueue``) is re-entered by the worker that runs the task, and
-  released by it when the task ends;
+* at enqueue time (``unique_on_enqueue``) the owner is the task id; at run
+  time it is one owner per execution, ``<task id>:<token>``, which takes over
+  the enqueue-time hold and releases everything when the execution ends. A
+  redelivered copy of a message still running (same task id, another
+  execution) therefore finds the lock held instead of re-entering it; a
+  retry's execution takes over the hold the earlier one kept for it;
+* the task body runs as the guard's owner for its own lock name
+  (:mod:`django_redislock.engine.guarding`): ``locks.lock(name)`` on that name
+  inside it re-enters the lock instead of waiting for itself;
 * the run-time check happens in the worker for every execution, so tasks sent
   by name (``send_task``, beat, other services) are single-instance too;
 * the watchdog renews the lease while the task runs; a killed worker's lock
@@ -34,6 +40,8 @@ from celery.signals import task_revoked
 from celery.utils import uuid
 
 from ._keys_template import KeySpec
+from .engine.guarding import guard_owner, guarding
+from .engine.identity import new_nonce
 from .exceptions import LockBackendError, LockError, LockNotAcquired, LockNotOwned
 from .guard import (
     DEFAULT,
@@ -165,10 +173,21 @@ def run_guarded(
     """
     task_id = task.request.id
     name = spec.render(call_args, kwargs)
-    owner = task_id
-    if owner is None:
+    options: dict[str, Any] = {"meta": _task_meta(task, task_id)}
+    if task_id is None:
         owner = config.owner if isinstance(config.owner, str) else None
-    lock = config.make_lock(name, owner, meta=_task_meta(task, task_id))
+    else:
+        # One owner per execution (a nested direct call shares its caller's), so a
+        # redelivered copy of a running message (same task id) cannot re-enter its
+        # lock; the execution takes over the hold its task id took at enqueue time
+        # (or the one an earlier execution kept for its retry).
+        running = guard_owner(name)
+        if running is None or not running.startswith(f"{task_id}:"):
+            running = None  # another task (an eager call inside the body) is another owner
+        owner = running or f"{task_id}:{new_nonce()}"
+        if config.limit is None:
+            options["inherit_from"] = task_id
+    lock = config.make_lock(name, owner, **options)
     on_locked = "skip" if config.on_locked is DEFAULT else config.on_locked
     if not config.acquire(lock, wait=on_locked == "wait"):
         return _task_locked(task, config, on_locked, name, call_args, kwargs)
@@ -182,10 +201,11 @@ def run_guarded(
                 lock.reacquire()
             except LockNotOwned:
                 pass
-        result = body()
+        with guarding(name, lock.owner):  # code on the task's behalf re-enters its lock
+            result = body()
     except Retry as exc:
-        if config.lock_on_retry == "keep":
-            _keep_for_retry(lock, exc, config)
+        if config.lock_on_retry == "keep" and config.limit is None:
+            _keep_for_retry(lock, exc, task.request.id)
         else:
             _release(lock, every_hold=outermost)
         raise
@@ -209,15 +229,19 @@ def _release_at_end(lock: Lock, task: Task, outermost: bool) -> None:
         )
 
 
-def _keep_for_retry(lock: Lock, exc: Retry, config: GuardConfig) -> None:
-    # The retry runs later under the same task id (= owner): keep the lease long
-    # enough to cover the countdown, and stop renewing it from this execution.
+def _keep_for_retry(lock: Lock, exc: Retry, task_id: str | None) -> None:
+    # The retry runs later under the same task id: keep the lease long enough to
+    # cover the countdown, hand the hold to the task id (the retry's execution
+    # takes it over), and stop renewing it from this execution.
     lease = lock.ttl_seconds or 0.0
+    owner = lock.owner
     try:
         lock.extend(_delay_seconds(exc.when) + lease, replace_ttl=True)
+        if task_id is not None and owner != task_id:
+            lock._transfer(task_id)
     except LockError:  # lost meanwhile, or Redis unreachable: the retry still runs
         pass
-    lock._forget(lock.owner)
+    lock._forget(owner)
 
 
 def _task_locked(
@@ -398,7 +422,9 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
         """Send the task; with ``unique_on_enqueue``, only if no identical task is pending.
 
         Returns the new task's AsyncResult, or the AsyncResult of the identical
-        task already queued or running.
+        task already queued or running. A canvas member (group, chord, chain,
+        callbacks) is always published, taking the lock when it is free; a
+        duplicate is left to the worker's run-time check.
         """
         if not self.unique_on_enqueue or "retries" in options or rest:
             # A retry re-sends the same task id, whose lock is kept or was released.
@@ -419,6 +445,9 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
         for _ in range(3):  # the holder may release between our attempt and our look
             if lock.acquire(blocking=False):
                 break
+            if _in_canvas(options):
+                # The canvas waits for this task id: publish it; the run-time check skips it.
+                return super().apply_async(args, kwargs, task_id, **options)
             duplicate = self._duplicate(config, name)
             if duplicate is _Unlocked:
                 return super().apply_async(args, kwargs, task_id, **options)
@@ -455,6 +484,36 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
         return self.AsyncResult(holder)
 
 
+#: apply_async options by which Celery's canvas machinery sends a task as part of a
+#: canvas: a group member or chord header (group_id, group_index, chord), a chain
+#: step (chain, even empty for the last one), one with callbacks (link,
+#: link_error), a callback or chain step the worker sends (parent_id, root_id), a
+#: Task.replace() (replaced_task_nesting).
+_CANVAS_OPTIONS = (
+    "group_id",
+    "group_index",
+    "chord",
+    "link",
+    "link_error",
+    "parent_id",
+    "root_id",
+    "replaced_task_nesting",
+)
+
+
+def _in_canvas(options: dict[str, Any]) -> bool:
+    """Whether ``apply_async(**options)`` sends a task as part of a canvas.
+
+    Something then waits for this very task id (a group, a chord's counter, the
+    chain's next steps, callbacks): it must be published, never deduped into
+    another task's id. Only the options count, not the current task's request:
+    a plain call made inside a canvas member's body is no part of its canvas.
+    """
+    return "chain" in options or any(
+        options.get(key) not in (None, [], ()) for key in _CANVAS_OPTIONS
+    )
+
+
 class _UnlockedMarker:
     pass
 
@@ -479,6 +538,18 @@ def _release_on_revoke(sender: Any = None, request: Any = None, **kwargs: Any) -
         )
         lock = config.make_lock(name, task_id, auto_renew=False)
         if _release(lock):
+            logger.info("redislock: released lock %r of revoked task %s", name, task_id)
+            return
+        # A running (terminated) execution holds it as "<task id>:<execution>".
+        info = config.lock_manager().get(name)
+        if (
+            info is not None
+            and info.task_id == task_id
+            and (info.owner or "").startswith(f"{task_id}:")
+            and config.lock_manager().force_release(
+                name, owner=info.owner, fencing_token=info.fencing_token
+            )
+        ):
             logger.info("redislock: released lock %r of revoked task %s", name, task_id)
     except Exception:  # a signal handler must not break the worker
         logger.exception("redislock: could not release the lock of revoked task %s", task_id)
@@ -510,3 +581,8 @@ register_task_hooks(
         check_decoratable=_refuse_task,
     )
 )
+
+# A pool process killed under its task (SIGKILL, OOM): the main process frees its lock.
+from .celery_lost import connect as _connect_lost  # noqa: E402
+
+_connect_lost(_config_of)

@@ -46,6 +46,14 @@ app.conf.update(
     worker_hijack_root_logger=False,
     result_expires=600,
 )
+if os.environ.get("REDISLOCK_TEST_VISIBILITY"):
+    # A broker that redelivers an unacknowledged message after a few seconds, and
+    # looks for such messages every second (tests/test_celery_redelivery.py).
+    app.conf.broker_transport_options = {
+        "visibility_timeout": float(os.environ["REDISLOCK_TEST_VISIBILITY"]),
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
 
 probe = redis.Redis.from_url(settings.REDIS_URL)
 GATE_WAIT = 20  # seconds a task waits for its gate at most
@@ -238,6 +246,7 @@ class Worker:
         pool: str = "prefork",
         name: str = "w1",
         queues: str = "celery",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.hostname = f"{name}-{os.getpid()}@127.0.0.1"
         self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"redislock-{self.hostname}.log"
@@ -263,7 +272,7 @@ class Worker:
                 queues,
             ],
             cwd=str(Path(__file__).resolve().parent.parent),
-            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -307,3 +316,83 @@ class Worker:
                 pass
         if self.process.poll() is None:
             self.kill()
+
+
+# Redelivery and self-locking (tests/test_celery_redelivery.py).
+def _duplicate_seen(info: Any, tag: str, hold: float) -> str:
+    """on_locked of ``long_acks_late``: record the duplicate execution, run nothing."""
+    from celery import current_task
+
+    _event(tag, "duplicate", current_task.request.id)
+    return "duplicate"
+
+
+@app.task(bind=True, acks_late=True)
+@single_instance("redeliver:{tag}", ttl=2, on_locked=_duplicate_seen)
+def long_acks_late(self: Any, tag: str, hold: float) -> str:
+    """Runs *hold* seconds, longer than the broker's visibility timeout."""
+    _event(tag, "start", self.request.id, os.getpid(), time.monotonic())
+    time.sleep(hold)
+    _event(tag, "end", self.request.id, os.getpid(), time.monotonic())
+    return "done"
+
+
+@app.task(bind=True, base=SingleInstanceTask, lock_key="selflock:{n}", lock_ttl=5)
+def locks_itself(self: Any, n: int, tag: str) -> int:
+    """Takes its own guard's lock by name (and calls a function guarded by it)."""
+    from django_redislock import locks
+
+    with locks.lock(f"selflock:{n}") as held:  # waits without limit by default
+        count = locks.get(f"selflock:{n}").hold_count
+        _event(tag, "inside", held.owner == locks.get(f"selflock:{n}").owner, count)
+    return guarded_helper(n)
+
+
+@single_instance("selflock:{n}")
+def guarded_helper(n: int) -> int:
+    """A plain function guarded by the same name as the task that calls it."""
+    from django_redislock import locks
+
+    return locks.get(f"selflock:{n}").hold_count
+
+
+# Canvases (tests/test_celery_canvas.py).
+@app.task(bind=True)
+def after(self: Any, previous: Any, tag: str) -> dict[str, Any]:
+    """A chain's next step: records and returns the result it was given."""
+    _event(tag, "after", self.request.id)
+    return {"after": previous}
+
+
+@app.task
+def gather(results: list[Any], tag: str) -> list[Any]:
+    """A chord's callback: records that it ran and returns the header's results."""
+    _event(tag, "gathered", len(results))
+    return results
+
+
+# Lost pool processes (tests/test_celery_lost.py): each reports its pool process's pid.
+@app.task(bind=True)
+@single_instance("lost:{n}", ttl=30)
+def lost_decorated(self: Any, n: str, tag: str) -> str:
+    """Holds lost:<n> (a 30 s lease) until gate:<tag> opens."""
+    _event(tag, "start", self.request.id, os.getpid())
+    _wait_gate(tag)
+    return "done"
+
+
+@app.task(bind=True, base=SingleInstanceTask, lock_key="lost-base:{n}", lock_ttl=30)
+def lost_based(self: Any, n: str, tag: str) -> str:
+    """SingleInstanceTask holding lost-base:<n> (a 30 s lease) until gate:<tag> opens."""
+    _event(tag, "start", self.request.id, os.getpid())
+    _wait_gate(tag)
+    return "done"
+
+
+@app.task(bind=True, retry_on_worker_lost=True, default_retry_delay=1, max_retries=1)
+@single_instance("lost-retry:{n}", ttl=30)
+def lost_retried(self: Any, n: str, tag: str) -> str:
+    """Retried 1 s after its pool process is lost (Celery 5.7+); holds lost-retry:<n>."""
+    _event(tag, "start", self.request.id, os.getpid())
+    _wait_gate(tag)
+    return "done"

@@ -1,0 +1,245 @@
+"""Free the lock of a task whose prefork pool process died under it (SIGKILL, OOM, segfault).
+
+A pool child killed while it runs a guarded task cannot release its lock, and
+its watchdog stops: left alone, the lock stays held for the rest of its lease.
+The worker's main process learns of the loss at once: billiard watches each
+child's sentinel, reaps the dead child and fails its job with
+:class:`~billiard.exceptions.WorkerLostError`, and Celery's
+``Request.on_failure`` (main process) then sends
+
+* ``task_failure`` (``exception`` a ``WorkerLostError``), by default and with
+  ``acks_late`` unless the message is requeued;
+* ``task_retry`` (``reason.exc`` a ``WorkerLostError``) instead, with
+  ``retry_on_worker_lost`` (Celery 5.7+).
+
+Celery notices the exit through the child's sentinel (a pipe), which the kernel
+closes a moment before the child can be reaped: when Celery looks in between,
+it finds no exit code and looks again only at its next pool maintenance, up to
+5 s later. So the main process also runs that maintenance every
+:data:`POOL_CHECK_INTERVAL` seconds (prefork pool only): a few ``waitpid``
+calls, no more.
+
+Neither signal carries the dead child's pid, so the main process keeps a weak
+reference to each guarded task's ``Request`` from ``task_received`` on (the
+request knows its ``worker_pid`` once a child accepts it; the reference goes
+with the request). On the loss, the lock is released only if a holder of it is
+that execution: the task id, this host, and the dead child's pid in its
+metadata, with an owner- and fencing-token-checked ``force_release``, so a lock
+that changed hands meanwhile (another execution of the same task id, a retry,
+anyone else) is left alone. Whatever this cannot see (the whole worker killed;
+``acks_late`` with ``reject_on_worker_lost``, which requeues the message
+without a signal) still frees when the lease runs out.
+
+The hard time limit is not handled here: Celery reports it (``task_failure``
+with ``TimeLimitExceeded``) before the pool terminates the child, which may
+still be running then. The pool's SIGTERM unwinds the task (billiard raises
+``SystemExit`` in it), and its own release runs; a child that does not exit
+within 0.1 s is SIGKILLed and its lock frees by lease expiry.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from billiard.exceptions import WorkerLostError
+from celery.signals import task_failure, task_received, task_retry, worker_ready
+
+from ._keys_template import KeySpec
+from .engine.identity import HOSTNAME
+from .guard import GuardConfig
+
+logger = logging.getLogger("django_redislock.celery")
+
+#: Seconds between two looks of the worker's main process for exited pool processes.
+POOL_CHECK_INTERVAL = 0.25
+
+ConfigOf = Callable[[Any], tuple[GuardConfig, KeySpec] | None]
+
+#: The lock configuration of a task (``django_redislock.celery._config_of``).
+_config_of: ConfigOf | None = None
+
+#: Per task name: whether the task is guarded (so only those requests are tracked).
+_guarded: dict[str, bool] = {}
+
+#: Per task id: weak references to this process's requests of it (usually one; a
+#: redelivered copy of a running message is a second).
+_received: dict[str, list[weakref.ref[Any]]] = {}
+
+#: The process that tracks them (a worker's main process; a pool child forked from
+#: it has a copy of ``_received``, which it must not act on).
+_tracker: int | None = None
+
+
+def connect(config_of: ConfigOf) -> None:
+    """Connect the handlers (idempotent); *config_of* gives a task's lock configuration."""
+    global _config_of
+    _config_of = config_of
+    task_received.connect(_track, weak=False, dispatch_uid="django_redislock.lost.track")
+    task_failure.connect(_on_task_failure, weak=False, dispatch_uid="django_redislock.lost.failure")
+    task_retry.connect(_on_task_retry, weak=False, dispatch_uid="django_redislock.lost.retry")
+    worker_ready.connect(_watch_pool, weak=False, dispatch_uid="django_redislock.lost.watch")
+
+
+def _watch_pool(sender: Any = None, **kwargs: Any) -> None:
+    """``worker_ready`` (once per worker): look for exited pool processes every
+    :data:`POOL_CHECK_INTERVAL` seconds, beside Celery's own look every 5 s."""
+    from celery.concurrency.prefork import TaskPool as PreforkPool  # (only a worker needs it)
+
+    hub = getattr(sender, "hub", None)
+    pool = getattr(sender, "pool", None)
+    if hub is None or not isinstance(pool, PreforkPool):
+        return
+    # As Celery's own timer does (the hub logs or raises what it raises).
+    hub.call_repeatedly(POOL_CHECK_INTERVAL, pool.maintain_pool)
+
+
+def _is_guarded(task: Any) -> bool:
+    name = getattr(task, "name", None)
+    if not isinstance(name, str) or _config_of is None:
+        return False
+    guarded = _guarded.get(name)
+    if guarded is None:
+        guarded = _guarded[name] = _config_of(task) is not None
+    return guarded
+
+
+def _track(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+    """``task_received`` (worker main process): remember a guarded task's request."""
+    global _tracker
+    try:
+        task_id = getattr(request, "id", None)
+        if not isinstance(task_id, str) or not _is_guarded(getattr(request, "task", None)):
+            return
+        _tracker = os.getpid()
+        ref = weakref.ref(request, functools.partial(_untrack, task_id))
+        refs = _received.get(task_id)
+        if refs is None:
+            _received[task_id] = [ref]
+        else:
+            refs.append(ref)
+    except Exception:  # a signal handler must not break the worker
+        logger.exception("redislock: could not track the request of task %s", request)
+
+
+def _untrack(task_id: str, ref: weakref.ref[Any]) -> None:
+    refs = _received.get(task_id)
+    if refs is None:
+        return
+    try:
+        refs.remove(ref)
+    except ValueError:
+        pass
+    if not refs and _received.get(task_id) is refs:
+        del _received[task_id]
+
+
+def _on_task_failure(
+    sender: Any = None, task_id: Any = None, exception: Any = None, **kwargs: Any
+) -> None:
+    """``task_failure``: a ``WorkerLostError`` is reported in the main process only."""
+    if isinstance(exception, WorkerLostError) and isinstance(task_id, str):
+        release_lost(sender, task_id)
+
+
+def _on_task_retry(
+    sender: Any = None, request: Any = None, reason: Any = None, **kwargs: Any
+) -> None:
+    """``task_retry``: with ``retry_on_worker_lost``, the lost run is retried instead."""
+    task_id = getattr(request, "id", None)
+    if isinstance(getattr(reason, "exc", None), WorkerLostError) and isinstance(task_id, str):
+        release_lost(sender, task_id)
+
+
+def release_lost(task: Any, task_id: str) -> None:
+    """Release the lock of *task_id*'s execution(s) whose pool process is gone."""
+    if _tracker != os.getpid():
+        return
+    try:
+        for request in _requests(task_id):
+            pid = getattr(request, "worker_pid", None)
+            if isinstance(pid, int) and not _alive(pid):
+                release_dead_holder(
+                    task,
+                    task_id,
+                    tuple(getattr(request, "args", None) or ()),
+                    dict(getattr(request, "kwargs", None) or {}),
+                    {pid},
+                )
+    except Exception:  # a signal handler must not break the worker
+        logger.exception("redislock: could not release the lock of lost task %s", task_id)
+
+
+def _requests(task_id: str) -> list[Any]:
+    refs = _received.get(task_id) or []
+    return [request for request in (ref() for ref in list(refs)) if request is not None]
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process *pid* exists here (a reaped pool child does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def release_dead_holder(
+    task: Any,
+    task_id: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dead_pids: Iterable[int],
+) -> list[str]:
+    """Force-release the holds of *task*'s lock (for these arguments) that an execution
+    of *task_id* took in one of *dead_pids* on this host; returns the owners released.
+
+    Each release is checked against the holder's owner and fencing token as they
+    were looked at, so a hold that changed hands since is left alone.
+    """
+    if _config_of is None:
+        return []
+    spec_config = _config_of(task)
+    if spec_config is None:
+        return []
+    config, spec = spec_config
+    name = spec.render(args, kwargs)
+    manager = config.lock_manager()
+    info = manager.get(name)
+    if info is None:
+        return []
+    pids = set(dead_pids)
+    released = []
+    for holder in info.holders:
+        if (
+            holder.owner is not None
+            and holder.task_id == task_id
+            and holder.host == HOSTNAME
+            and holder.pid in pids
+            and manager.force_release(name, owner=holder.owner, fencing_token=holder.fencing_token)
+        ):
+            logger.info(
+                "redislock: released lock %r of task %s[%s]: its pool process %s was lost "
+                "(owner %s, fencing token %s)",
+                name,
+                getattr(task, "name", "?"),
+                task_id,
+                holder.pid,
+                holder.owner,
+                holder.fencing_token,
+            )
+            released.append(holder.owner)
+    if not released:
+        logger.info(
+            "redislock: lock %r of lost task %s left alone: no holder is its dead process %s",
+            name,
+            task_id,
+            ", ".join(str(pid) for pid in sorted(pids)),
+        )
+    return released
