@@ -162,14 +162,12 @@ def run_guarded(
     call_args: tuple[Any, ...],
     kwargs: dict[str, Any],
     body: Callable[[], Any],
-    *,
-    reset_lease: bool = False,
 ) -> Any:
     """Run *body* (one execution of *task*) under its single-instance lock.
 
-    With *reset_lease*, the outermost run sets the lease back to the lock's ttl
-    (an enqueue-time lease may be longer), so a killed worker's lock frees
-    within one ttl.
+    Taking over the enqueue-time hold sets the lease to the lock's ttl (the
+    enqueue-time one may be longer), so a killed worker's lock frees within one
+    ttl: one round trip to start, one to end.
     """
     task_id = task.request.id
     name = spec.render(call_args, kwargs)
@@ -196,11 +194,6 @@ def run_guarded(
     # and the enqueue-time one) at once. A nested direct call gives back its own.
     outermost = _enter(run_key)
     try:
-        if reset_lease and outermost:
-            try:
-                lock.reacquire()
-            except LockNotOwned:
-                pass
         with guarding(name, lock.owner):  # code on the task's behalf re-enters its lock
             result = body()
     except Retry as exc:
@@ -408,7 +401,6 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             args,
             kwargs,
             lambda: super(SingleInstanceTask, self).__call__(*args, **kwargs),
-            reset_lease=bool(self.unique_on_enqueue and self.lock_enqueue_ttl),
         )
 
     def apply_async(

@@ -194,15 +194,17 @@ end
 
 # After the re-entry and the free-lock grant of an acquire: take over the holds
 # of the parent owner (ARGV[10]: a Celery task's enqueue-time hold, or the one an
-# earlier execution kept for its retry), one more, now the caller's.
+# earlier execution kept for its retry), one more, now the caller's, with the
+# caller's lease (the parked one may be far longer: it covered a queue or a
+# countdown; a dead execution's lock must free within its own lease).
 _TAKEOVER = r"""
 if h[1] and h[1] == ARGV[10] then
   local c = redis.call('HINCRBY', L, 'count', 1)
-  redis.call('HSET', L, 'owner', owner, 'op', nonce, 'meta', meta)
-  local want = tonumber(ttl)
-  if want > 0 then
-    local p = redis.call('PTTL', L)
-    if p >= 0 and p < want then redis.call('PEXPIRE', L, want) end
+  redis.call('HSET', L, 'owner', owner, 'op', nonce, 'meta', meta, 'ttl', ttl)
+  if tonumber(ttl) > 0 then
+    redis.call('PEXPIRE', L, ttl)
+  else
+    redis.call('PERSIST', L)
   end
   return {h[3], c}
 end
