@@ -30,16 +30,22 @@ def _flush_broker() -> None:
         redis.Redis.from_url(f"{base}/{db}").flushdb()
 
 
-def _worker(name: str) -> ca.Worker:
+def _worker(name: str, pool: str = "prefork") -> ca.Worker:
     return ca.Worker(
-        concurrency=2, name=name, queues=QUEUE, env={"REDISLOCK_TEST_VISIBILITY": VISIBILITY}
+        concurrency=2,
+        pool=pool,
+        name=name,
+        queues=QUEUE,
+        env={"REDISLOCK_TEST_VISIBILITY": VISIBILITY},
     )
 
 
-@pytest.fixture
-def worker() -> Iterator[ca.Worker]:
+@pytest.fixture(params=["prefork", "threads"])
+def worker(request: pytest.FixtureRequest) -> Iterator[ca.Worker]:
+    """A worker on each pool that runs tasks side by side (solo runs one at a time, so
+    a redelivered copy can only run after the first: no overlap to prevent)."""
     _flush_broker()
-    w = _worker("redeliver")
+    w = _worker("redeliver", request.param)
     try:
         w.wait_ready()
         yield w
