@@ -134,14 +134,14 @@ class Target:
             return None
         if not self.shared:
             return info.holders[0] if self.status(info) == "held" and info.holders else None
-        for holder in info.holders:
-            if (
-                (not self.owner or holder.owner == self.owner)
-                and (self.fence is None or holder.fencing_token == self.fence)
-                and (not self.mode or holder.mode == self.mode)
-            ):
-                return holder
-        return None
+        return next(
+            (
+                h
+                for h in info.holders_matching(self.owner, self.fence)
+                if not self.mode or h.mode == self.mode
+            ),
+            None,
+        )
 
     def label(self) -> str:
         """A short description for messages: the name, and the holder for one holder."""

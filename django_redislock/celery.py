@@ -52,6 +52,7 @@ from .guard import (
     lease_left,
     not_acquired,
     register_task_hooks,
+    release_holders,
 )
 from .lock import Lock
 from .semaphore import validate_limit
@@ -226,12 +227,13 @@ def _keep_for_retry(lock: Lock, exc: Retry, task_id: str | None) -> None:
     # The retry runs later under the same task id: keep the lease long enough to
     # cover the countdown, hand the hold to the task id (the retry's execution
     # takes it over), and stop renewing it from this execution.
-    lease = lock.ttl_seconds or 0.0
+    keep = _delay_seconds(exc.when) + (lock.ttl_seconds or 0.0)
     owner = lock.owner
     try:
-        lock.extend(_delay_seconds(exc.when) + lease, replace_ttl=True)
         if task_id is not None and owner != task_id:
-            lock._transfer(task_id)
+            lock._transfer(task_id, keep)  # one round trip: new owner and lease
+        else:
+            lock.extend(keep, replace_ttl=True)
     except LockError:  # lost meanwhile, or Redis unreachable: the retry still runs
         pass
     lock._forget(owner)
@@ -528,20 +530,9 @@ def _release_on_revoke(sender: Any = None, request: Any = None, **kwargs: Any) -
             tuple(getattr(request, "args", None) or ()),
             dict(getattr(request, "kwargs", None) or {}),
         )
-        lock = config.make_lock(name, task_id, auto_renew=False)
-        if _release(lock):
-            logger.info("redislock: released lock %r of revoked task %s", name, task_id)
-            return
-        # A running (terminated) execution holds it as "<task id>:<execution>".
-        info = config.lock_manager().get(name)
-        if (
-            info is not None
-            and info.task_id == task_id
-            and (info.owner or "").startswith(f"{task_id}:")
-            and config.lock_manager().force_release(
-                name, owner=info.owner, fencing_token=info.fencing_token
-            )
-        ):
+        # The enqueue-time hold (owner: the task id), or a terminated execution's
+        # ("<task id>:<execution>"): either records the task id.
+        if release_holders(config.lock_manager(), name, lambda h: h.task_id == task_id):
             logger.info("redislock: released lock %r of revoked task %s", name, task_id)
     except Exception:  # a signal handler must not break the worker
         logger.exception("redislock: could not release the lock of revoked task %s", task_id)

@@ -51,7 +51,7 @@ from celery.signals import task_failure, task_received, task_retry, worker_ready
 
 from ._keys_template import KeySpec
 from .engine.identity import HOSTNAME
-from .guard import GuardConfig
+from .guard import GuardConfig, release_holders
 
 logger = logging.getLogger("django_redislock.celery")
 
@@ -210,31 +210,24 @@ def release_dead_holder(
         return []
     config, spec = spec_config
     name = spec.render(args, kwargs)
-    manager = config.lock_manager()
-    info = manager.get(name)
-    if info is None:
-        return []
     pids = set(dead_pids)
     released = []
-    for holder in info.holders:
-        if (
-            holder.owner is not None
-            and holder.task_id == task_id
-            and holder.host == HOSTNAME
-            and holder.pid in pids
-            and manager.force_release(name, owner=holder.owner, fencing_token=holder.fencing_token)
-        ):
-            logger.info(
-                "redislock: released lock %r of task %s[%s]: its pool process %s was lost "
-                "(owner %s, fencing token %s)",
-                name,
-                getattr(task, "name", "?"),
-                task_id,
-                holder.pid,
-                holder.owner,
-                holder.fencing_token,
-            )
-            released.append(holder.owner)
+    for holder in release_holders(
+        config.lock_manager(),
+        name,
+        lambda h: h.task_id == task_id and h.host == HOSTNAME and h.pid in pids,
+    ):
+        logger.info(
+            "redislock: released lock %r of task %s[%s]: its pool process %s was lost "
+            "(owner %s, fencing token %s)",
+            name,
+            getattr(task, "name", "?"),
+            task_id,
+            holder.pid,
+            holder.owner,
+            holder.fencing_token,
+        )
+        released.append(holder.owner or "")
     if not released:
         logger.info(
             "redislock: lock %r of lost task %s left alone: no holder is its dead process %s",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._keys_template import KeySpec
-from .engine.info import LockInfo
+from .engine.info import HolderInfo, LockInfo
 from .exceptions import LockNotAcquired
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ __all__ = [
     "lease_left",
     "not_acquired",
     "register_task_hooks",
+    "release_holders",
     "retry_after",
     "task_hooks",
 ]
@@ -103,6 +104,25 @@ class GuardConfig:
         if wait and self.timeout == 0:
             return None
         return self.timeout
+
+
+def release_holders(
+    manager: LockManager, name: str, match: Callable[[HolderInfo], bool]
+) -> list[HolderInfo]:
+    """Force-release the holders of *name* that *match*, as read now; returns those
+    released. Each release is checked against the holder's owner and fencing
+    token, so a hold that changed hands since it was read is left alone (the
+    worker's handlers for revoked tasks and lost pool processes)."""
+    info = manager.get(name)
+    if info is None:
+        return []
+    return [
+        h
+        for h in info.holders
+        if h.owner is not None
+        and match(h)
+        and manager.force_release(name, owner=h.owner, fencing_token=h.fencing_token)
+    ]
 
 
 def holder_text(info: LockInfo | None) -> str:

@@ -36,8 +36,9 @@ from .engine.guarding import guard_owner
 from .engine.holds import Hold, HoldTable, known_holds
 from .engine.identity import HOSTNAME, current_owner, new_nonce
 from .engine.keys import LockKeys
-from .engine.scripts import HANDOFF_CLAIM_MS, extend_script, release_script, transfer_script
-from .engine.shared import MODE_NAMES, Shared
+from .engine.mutex import Kind, Mutex
+from .engine.scripts import HANDOFF_CLAIM_MS
+from .engine.shared import Shared
 from .engine.validate import (
     json_dict,
     to_millis,
@@ -61,7 +62,7 @@ from .handler import BackendSource, default_source
 
 if TYPE_CHECKING:
     from .engine.backends.base import AsyncBackend, Backend
-    from .engine.info import LockInfo
+    from .engine.info import HolderInfo, LockInfo
 
 logger = logging.getLogger("django_redislock")
 
@@ -153,7 +154,10 @@ class Lock:
         self.fair = fair
         if inherit_from is not None and self._shared is not None:
             raise ValueError("inherit_from is for mutexes (locks.lock) only")
-        self._parent = "" if inherit_from is None else validate_owner(inherit_from)
+        #: What a hold of this lock is; it makes every call (see engine/mutex.py).
+        self._kind: Kind = self._shared or Mutex(
+            barge=not fair, parent="" if inherit_from is None else validate_owner(inherit_from)
+        )
         self.manager = manager
         self._source = default_source if manager is None else manager.source
         if ttl is _UNSET and not no_expiry:
@@ -211,9 +215,8 @@ class Lock:
         return self._owner or guard_owner(self.name) or current_owner()
 
     def _call_keys(self, backend: Backend | AsyncBackend) -> tuple[bytes, ...]:
-        """The keys of this lock's acquire, release and cancel scripts."""
-        keys = self._keys(backend)
-        return keys.all if self._shared is None else keys.shared
+        """The keys of this lock's calls."""
+        return self._kind.keys(self._keys(backend))
 
     def _keys(self, backend: Backend | AsyncBackend) -> LockKeys:
         cached = self._keys_cache
@@ -323,9 +326,7 @@ class Lock:
             claim_inline=not self.auto_renew,
             on_contended=on_contended,
             replicas=self.wait_replicas,
-            shared=self._shared,
-            barge=not self.fair,
-            parent=self._parent,
+            kind=self._kind,
         )
 
     def acquire(
@@ -406,17 +407,16 @@ class Lock:
             watchdog.unwatch(replaced.watch)
         if hold.count == 1 and hold.watch is None and self.auto_renew:
             backend = self._source.backend()
-            keys = self._keys(backend)
             hold.watch = watchdog.watch(
                 self,
                 owner,
                 backend,
-                keys.all[:1] if self._shared is None else keys.shared,
+                self._call_keys(backend),
                 self.ttl_ms,
                 self.name,
                 claim_ms=HANDOFF_CLAIM_MS if attempt.handed else None,
                 replicas=self.wait_replicas,
-                shared=self._shared,
+                kind=self._kind,
             )
         # On the hot path: only build the signal call when somebody listens.
         if signals.lock_acquired.receivers:
@@ -470,17 +470,10 @@ class Lock:
     def _release_call(
         self, backend: Backend | AsyncBackend, owner: str, nonce: str, everything: bool
     ) -> Call:
-        if self._shared is not None:
-            keys = self._keys(backend).shared
-            return self._shared.release_call(
-                keys, owner, nonce, backend.retention_arg, everything, self.name
-            )
-        args: tuple[Any, ...] = (owner, nonce, backend.retention_arg)
-        if not self.fair:
-            args += (b"all" if everything else b"", b"poke")
-        elif everything:
-            args += (b"all",)
-        return Call(release_script, self._keys(backend).all, args, "release the lock", self.name)
+        keys = self._call_keys(backend)
+        return self._kind.release_call(
+            keys, owner, nonce, backend.retention_arg, everything, self.name
+        )
 
     def _release(self, owner: str, everything: bool) -> int:
         backend = self._source.backend()
@@ -519,9 +512,7 @@ class Lock:
     def _known_key(self, owner: str) -> tuple[str, str, str]:
         cached = self._keys_cache
         keyspace = cached[0] if cached is not None else self._source.backend().keyspace
-        if self._shared is not None:  # an owner's reads and writes are counted apart
-            return (keyspace.prefix, f"{self.name}\0{self._shared.mode}", owner)
-        return (keyspace.prefix, self.name, owner)
+        return (keyspace.prefix, self._kind.known_name(self.name), owner)
 
     def _know(self, owner: str, holds: int) -> None:
         """Record what Redis confirmed about an owner this process made up (see KnownHolds)."""
@@ -565,20 +556,23 @@ class Lock:
         if hold is not None and hold.watch is not None:
             watchdog.unwatch(hold.watch)
 
-    def _transfer(self, new_owner: str) -> int:
-        """Hand every hold of the caller's owner to *new_owner* (a mutex only; see
-        ``engine/scripts.py`` TRANSFER); returns the holds handed over (0: none).
+    def _transfer(self, new_owner: str, lease: float = 0.0) -> int:
+        """Hand every hold of the caller's owner to *new_owner*, with a lease of
+        *lease* seconds (0: unchanged; a mutex only, see ``engine/scripts.py``
+        TRANSFER); returns the holds handed over (0: none).
 
         Advanced, for the Celery integration: an execution parks the hold it keeps
-        for its retry under the task id. The local hold is forgotten.
+        for its retry under the task id, leased over the countdown, in one round
+        trip. The local hold is forgotten.
         """
-        if self._shared is not None:
+        kind = self._kind
+        if not isinstance(kind, Mutex):
             raise LockError(f"{self.name!r}: only a mutex's holds can be handed over")
         backend = self._source.backend()
         owner = self.owner
-        args = (owner, validate_owner(new_owner))
-        keys = self._keys(backend).all[:1]
-        call = Call(transfer_script, keys, args, "hand the lock over", self.name)
+        ms = to_millis(validate_seconds(lease, "lease"), "lease") if lease else 0
+        keys = self._call_keys(backend)
+        call = kind.transfer_call(keys, owner, validate_owner(new_owner), ms, self.name)
         handed = int(call_sync(call, backend))
         self._forget(owner)
         if self._made_up(owner):
@@ -627,19 +621,8 @@ class Lock:
         self, backend: Backend | AsyncBackend, additional_time: float, replace_ttl: bool
     ) -> Call:
         ms = to_millis(validate_seconds(additional_time, "additional_time"), "additional_time")
-        if self._shared is not None:
-            return self._shared.extend_call(
-                self._keys(backend).shared, self.owner, ms, replace_ttl, self.name,
-                self.wait_replicas,
-            )  # fmt: skip
-        args = (self.owner, ms, 1 if replace_ttl else 0)
-        return Call(
-            extend_script,
-            self._keys(backend).all[:1],
-            args,
-            "extend the lock",
-            self.name,
-            self.wait_replicas,
+        return self._kind.extend_call(
+            self._call_keys(backend), self.owner, ms, replace_ttl, self.name, self.wait_replicas
         )
 
     def _settle_extend(self, reply: Any) -> bool:
@@ -720,21 +703,22 @@ class Lock:
     def _remaining(self, info: LockInfo | None, owner: str) -> float | None:
         if info is None:
             return None
-        if self._shared is not None:
-            mode = MODE_NAMES[self._shared.mode]
-            mine = [h for h in info.holders if h.owner == owner and h.mode == mode]
-            if not mine:
+        if self._shared is not None:  # the caller's own hold's lease
+            hold = self._hold_of(info, owner)
+            if hold is None:
                 return None
-            info_ttl = mine[0].ttl
+            ttl = hold.ttl
         else:
-            info_ttl = info.ttl
-        return math.inf if info_ttl is None else info_ttl
+            ttl = info.ttl
+        return math.inf if ttl is None else ttl
 
     def _owned_by(self, info: LockInfo | None, owner: str) -> bool:
-        if info is None:
-            return False
-        mode = "exclusive" if self._shared is None else MODE_NAMES[self._shared.mode]
-        return any(h.owner == owner and h.mode == mode for h in info.holders)
+        return info is not None and self._hold_of(info, owner) is not None
+
+    def _hold_of(self, info: LockInfo, owner: str) -> HolderInfo | None:
+        """*owner*'s hold among *info*'s holders, in this lock's mode."""
+        mode = self._kind.mode_name
+        return next((h for h in info.holders if h.owner == owner and h.mode == mode), None)
 
     @property
     def fencing_token(self) -> int | None:

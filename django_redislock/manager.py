@@ -285,12 +285,7 @@ def _force_released(
     released = int(reply) == 1
     if released:
         # The holders the script matched, as they were looked at just before.
-        holders = [
-            h
-            for h in (before.holders if before else ())
-            if (owner is None or h.owner == owner)
-            and (fencing_token is None or h.fencing_token == fencing_token)
-        ]
+        holders = before.holders_matching(owner, fencing_token) if before else ()
         logger.warning(
             "redislock: lock %r force-released (%s)",
             name,

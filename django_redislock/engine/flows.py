@@ -30,14 +30,8 @@ from typing import Any, NamedTuple
 
 from ..exceptions import LockBackendError, LockNotReplicated
 from .calls import AmbiguousReply, Attempt, Call, NotReplicated, decode_attempt
-from .scripts import (
-    HANDOFF_CLAIM_MS,
-    acquire_script,
-    cancel_script,
-    claim_script,
-    release_script,
-)
-from .shared import Shared, refusal
+from .mutex import FAIR, Kind
+from .scripts import HANDOFF_CLAIM_MS
 
 #: Upper bound of one wait between fallback polls (seconds).
 POLL_SLICE = 1.0
@@ -111,7 +105,7 @@ class AcquireOp:
     __slots__ = (
         "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name", "known",
         "blocking", "timeout", "claim_inline", "on_contended", "clock", "jitter", "replicas",
-        "deadline", "shared", "barge", "parent",
+        "deadline", "kind",
     )  # fmt: skip
 
     def __init__(
@@ -132,11 +126,9 @@ class AcquireOp:
         clock: Callable[[], float] = time.monotonic,
         jitter: Callable[[], float] = _jitter,
         replicas: int = 0,
-        shared: Shared | None = None,
-        barge: bool = False,
-        parent: str = "",
+        kind: Kind = FAIR,
     ) -> None:
-        #: The mutex scripts' four keys, or the five of a *shared* hold.
+        #: The keys of the hold's *kind* (``kind.keys``).
         self.keys = keys
         self.owner = owner
         #: Identifies this acquire (and its wait) across retries.
@@ -165,67 +157,40 @@ class AcquireOp:
         #: When a blocking acquire gives up (set by the flow; None: no limit). Its
         #: acquire calls carry it, so backend retries stop there too.
         self.deadline: float | None = None
-        #: A hold of a semaphore or read-write lock (None: a mutex).
-        self.shared = shared
-        #: Take a free mutex even when others wait (``fair=False``).
-        self.barge = barge
-        #: An owner whose holds of a mutex this acquire takes over ("": none).
-        self.parent = parent
+        #: What is acquired: a mutex (fair or barging) or a semaphore's or read-write
+        #: lock's hold; it makes the calls.
+        self.kind = kind
 
     def call(self, channel: bytes) -> Call:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
-        args: tuple[Any, ...] = (
+        args = (
             self.owner, self.nonce, self.ttl_arg, self.meta, b"",
             self.retention_arg, channel, self.known,
         )  # fmt: skip
-        if self.shared is not None:
-            return self.shared.acquire_call(
-                self.keys, args, self.name, self.replicas, self.deadline
-            )
-        if self.parent:
-            args += (b"1" if self.barge else b"", self.parent)
-        elif self.barge:
-            args += (b"1",)
-        return Call(
-            acquire_script,
-            self.keys,
-            args,
-            "acquire the lock",
-            self.name,
-            self.replicas,
-            self.deadline,
-        )
+        return self.kind.acquire_call(self.keys, args, self.name, self.replicas, self.deadline)
 
     def decode(self, reply: Any) -> Attempt:
         """An acquire or cancel reply as an :class:`Attempt`; a refusal (the name is
         another primitive's, another limit, an upgrade) raises its LockError."""
         if isinstance(reply, (bytes, str)):
-            shared = self.shared
-            asked = "mutex" if shared is None else shared.primitive
-            raise refusal(reply, self.name, asked, 0 if shared is None else shared.limit)
+            raise self.kind.refusal(reply, self.name)
         return decode_attempt(reply)
 
     def claim_call(self) -> Call:
         """The call that takes a handed-off lock for its whole lease (with ``replicas``,
         a write that replicas acknowledge)."""
-        if self.shared is not None:
-            ttl = int(self.ttl_arg)
-            return self.shared.renew_call(
-                self.keys, self.owner, ttl, self.name, self.replicas, claim=True
-            )
-        args = (self.owner, b"1") if self.replicas else (self.owner,)
-        return Call(claim_script, self.keys[:1], args, "claim the lock", self.name, self.replicas)
+        ttl = int(self.ttl_arg)
+        return self.kind.renew_call(
+            self.keys, self.owner, ttl, self.name, self.replicas, claim=True
+        )
 
     def undo_call(self) -> Call:
         """The call that gives back one hold this acquire got (a grant replicas did not
         confirm); the acquire's nonce makes a repeat count once."""
-        if self.shared is not None:
-            return self.shared.release_call(
-                self.keys, self.owner, self.nonce, self.retention_arg, False, self.name,
-                "give back an unreplicated lock",
-            )  # fmt: skip
-        args = (self.owner, self.nonce, self.retention_arg)
-        return Call(release_script, self.keys, args, "give back an unreplicated lock", self.name)
+        return self.kind.release_call(
+            self.keys, self.owner, self.nonce, self.retention_arg, False, self.name,
+            "give back an unreplicated lock",
+        )  # fmt: skip
 
     def retry_hint_ms(self) -> int:
         """How long to wait before asking again after a grant replicas did not confirm."""
@@ -233,12 +198,9 @@ class AcquireOp:
 
     def cancel_call(self) -> Call:
         """The call that ends this acquire's wait (or finds it was granted meanwhile)."""
-        if self.shared is not None:
-            return self.shared.cancel_call(
-                self.keys, self.owner, self.nonce, self.retention_arg, self.name
-            )
-        args = (self.owner, self.nonce, self.retention_arg)
-        return Call(cancel_script, self.keys, args, "cancel the wait", self.name)
+        return self.kind.cancel_call(
+            self.keys, self.owner, self.nonce, self.retention_arg, self.name
+        )
 
 
 #: About how long an acquire waits to try again after its grant was not

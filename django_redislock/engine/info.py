@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -60,6 +60,10 @@ class HolderInfo:
     kind: str = "lock"
     extra: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+#: The fields a LockInfo shares with its holders (every HolderInfo field but ``mode``).
+_HOLDER_FIELDS = tuple(f.name for f in fields(HolderInfo) if f.name != "mode")
 
 
 @dataclass(frozen=True)
@@ -115,15 +119,19 @@ class LockInfo:
             return self.shared_holders
         if self.owner is None:
             return ()
-        return (
-            HolderInfo(
-                owner=self.owner, mode="exclusive", hold_count=self.hold_count,
-                fencing_token=self.fencing_token, acquired_at=self.acquired_at, ttl=self.ttl,
-                lease=self.lease, host=self.host, pid=self.pid, thread=self.thread,
-                purpose=self.purpose, task_id=self.task_id, task_name=self.task_name,
-                kind=self.kind, extra=self.extra, meta=self.meta,
-            ),
-        )  # fmt: skip
+        return (HolderInfo(mode="exclusive", **{f: getattr(self, f) for f in _HOLDER_FIELDS}),)
+
+    def holders_matching(
+        self, owner: str | None = None, fencing_token: int | None = None
+    ) -> tuple[HolderInfo, ...]:
+        """The holders an operator action with *owner* and/or *fencing_token* acts on
+        (``force_release`` / ``force_extend``: None or "" = any)."""
+        return tuple(
+            h
+            for h in self.holders
+            if (not owner or h.owner == owner)
+            and (fencing_token is None or h.fencing_token == fencing_token)
+        )
 
     @property
     def readers(self) -> tuple[HolderInfo, ...]:
@@ -257,14 +265,7 @@ def _holder(
 
 def _top_fields(holder: HolderInfo) -> dict[str, Any]:
     """The LockInfo fields that repeat *holder*'s (the lock's own owner, token, ...)."""
-    return {
-        "owner": holder.owner, "hold_count": holder.hold_count,
-        "fencing_token": holder.fencing_token, "acquired_at": holder.acquired_at,
-        "ttl": holder.ttl, "lease": holder.lease, "host": holder.host, "pid": holder.pid,
-        "thread": holder.thread, "purpose": holder.purpose, "task_id": holder.task_id,
-        "task_name": holder.task_name, "kind": holder.kind, "extra": holder.extra,
-        "meta": holder.meta,
-    }  # fmt: skip
+    return {f: getattr(holder, f) for f in _HOLDER_FIELDS}
 
 
 def _from_epoch_ms(ms: int | None) -> datetime | None:

@@ -31,13 +31,13 @@ RL_ACQUIRE = (
     + REENTER_FRAGMENT
     + r"""
 if not h[1] then
-  return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], ARGV[6]))
+  return tonumber(grant(owner, nonce, ttl, meta, ARGV[6]))
 end
 """
     + TAKEOVER_FRAGMENT
     + r"""
 if ARGV[7] ~= '' then
-  local expiry = math.floor(now_us() / 1000) + LIFE
+  local expiry = now_ms() + LIFE
   redis.call('HSET', E, nonce, string.format('%.0f', expiry) .. '|' .. ARGV[7])
   redis.call('PEXPIRE', E, LIFE)
 end

@@ -30,14 +30,23 @@ import hashlib
 # costs microseconds of overhead and so does defining helper functions, so the
 # fast paths are written first and the queue helpers (_QUEUE) are only defined
 # on the slow paths that need them.
-_GRANT = r"""
-local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+# Redis's clock, read once per script (TIME), and integers as text for Redis.
+_CLOCK = r"""
 local clock
 local function now_us()
   if not clock then clock = redis.call('TIME') end
   return tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 end
+local function now_ms() return math.floor(now_us() / 1000) end
 local function num(x) return string.format('%.0f', x) end
+"""
+
+_GRANT = (
+    r"""
+local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+"""
+    + _CLOCK
+    + r"""
 
 -- Make *owner* the holder, overwriting any previous holder's fields. The
 -- fencing token is the larger of the last token + 1 and the Redis clock in
@@ -45,13 +54,14 @@ local function num(x) return string.format('%.0f', x) end
 -- or its retention ran out) and across a failover to a replica that missed the
 -- last grants, unless the clock went back.
 -- With *overwrite*, the previous holder's hash is reused in place (a hand-off
--- from a release), so its partial-release nonce is cleared too.
-local function grant(owner, nonce, ttl, meta, since_ms, retention, overwrite)
+-- from a release), so its partial-release nonce is cleared too. The grant is
+-- dated by Redis's clock: a client with a wrong clock cannot misdate it.
+local function grant(owner, nonce, ttl, meta, retention, overwrite)
   local fence = (tonumber(redis.call('HGET', F, 'fence')) or 0) + 1
   local t = now_us()
   if t > fence then fence = t end
   fence = num(fence)
-  since_ms = num(math.floor(t / 1000))  -- Redis's clock: a skewed client cannot misdate it
+  local since_ms = num(math.floor(t / 1000))
   if redis.call('HSET', F, 'fence', fence) == 1 then redis.call('PEXPIRE', F, retention) end
   if overwrite then
     redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
@@ -68,6 +78,7 @@ local function grant(owner, nonce, ttl, meta, since_ms, retention, overwrite)
   return fence
 end
 """
+)
 
 # A record's or entry's first n '|'-separated fields, then the rest (meta, which may
 # contain '|'); and the first live waiter of the queue. Shared with shared_scripts.
@@ -119,10 +130,7 @@ end
 """
 
 _QUEUE = (
-    r"""
-local function now_ms() return math.floor(now_us() / 1000) end
-"""
-    + _SPLIT
+    _SPLIT
     + r"""
 local function entry_fields(e) return split(e, 4) end
 """
@@ -136,7 +144,7 @@ local function handoff(retention, overwrite)
   redis.call('LPOP', Q)
   redis.call('HDEL', E, w)
   local p = entry_fields(e)
-  local fence = grant(w, p[4], p[2], p[5], num(now_ms()), retention, overwrite)
+  local fence = grant(w, p[4], p[2], p[5], retention, overwrite)
   -- Leased only for the claim window until the waiter confirms (its watchdog's
   -- first renewal, or CLAIM): a waiter that died meanwhile costs that, not a lease.
   local ttl = tonumber(p[2])
@@ -214,16 +222,11 @@ ACQUIRE = (
     _GRANT
     + _REENTER
     + r"""
-local retention = ARGV[6]
-if not h[1] then
-  if ARGV[9] == '1' then
-    -- Barging (fair=False): a free lock is taken whoever waits.
-    if redis.call('HDEL', E, owner) == 1 then redis.call('LREM', Q, 0, owner) end
-    return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], retention))
-  end
-  if redis.call('EXISTS', Q) == 0 then
-    return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], retention))
-  end
+local retention, barge = ARGV[6], ARGV[9] == '1'
+-- A free lock, and nobody waits -- or barging (fair=False): whoever waits.
+if not h[1] and (barge or redis.call('EXISTS', Q) == 0) then
+  if barge and redis.call('HDEL', E, owner) == 1 then redis.call('LREM', Q, 0, owner) end
+  return tonumber(grant(owner, nonce, ttl, meta, retention))
 end
 """
     + _TAKEOVER
@@ -239,7 +242,7 @@ if not h[1] then
       redis.call('LPOP', Q)
       redis.call('HDEL', E, owner)
     end
-    return tonumber(grant(owner, nonce, ttl, meta, ARGV[5], retention))
+    return tonumber(grant(owner, nonce, ttl, meta, retention))
   end
   handoff(retention)
 end
@@ -305,13 +308,15 @@ return 0
 """
 )
 
-# ARGV: from owner, to owner.  Hands every hold of *from* to *to* (a Celery
-# execution parking the hold it keeps for its retry under the task id).
+# ARGV: from owner, to owner, lease_ms (0: unchanged).  Hands every hold of
+# *from* to *to*, with that lease (a Celery execution parking the hold it keeps
+# for its retry under the task id, long enough to cover the countdown).
 # Returns the hold count handed over, 0 when *from* does not hold the lock.
 TRANSFER = r"""
 local h = redis.call('HMGET', KEYS[1], 'owner', 'count')
 if h[1] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[2])
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 return tonumber(h[2])
 """
 
@@ -442,7 +447,9 @@ GRANT_FRAGMENT = _GRANT
 REENTER_FRAGMENT = _REENTER
 TAKEOVER_FRAGMENT = _TAKEOVER
 RELEASE_HEAD_FRAGMENT = _RELEASE_HEAD
-#: ``split(s, n)`` and ``live_head()`` (needs ``Q``, ``E`` and ``now_ms``).
+#: ``now_us()``, ``now_ms()`` and ``num(x)``; ``split(s, n)`` and ``live_head()``
+#: (needs ``Q``, ``E`` and ``now_ms``).
+CLOCK_FRAGMENT = _CLOCK
 SPLIT_FRAGMENT = _SPLIT
 LIVE_HEAD_FRAGMENT = _LIVE_HEAD
 #: ``enqueue(owner, nonce, life, tail)`` (needs ``Q``, ``E``, ``split``, ``now_ms``, ``num``).

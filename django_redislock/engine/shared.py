@@ -1,12 +1,12 @@
 """The calls of a hold of a semaphore or read-write lock (pure).
 
-A mutex's calls are made by the acquire flow and the Lock themselves; a hold
-of a primitive with several holders differs only in its scripts
-(:mod:`.shared_scripts`), its keys (the five of ``LockKeys.shared``; a renewal
-takes the lock hash and the lease set), and its *mode*:
-``s`` (a permit of a semaphore of ``limit`` permits), ``r`` (a read) or ``w``
-(a write). A :class:`Shared` says which, and makes those calls; the flows,
-drivers, watchdog and ``Lock`` are the mutex's.
+A hold of a primitive with several holders differs from a mutex's
+(:class:`~.mutex.Mutex`) only in its scripts (:mod:`.shared_scripts`), its keys
+(the five of ``LockKeys.shared``; a renewal takes the lock hash and the lease
+set), and its *mode*: ``s`` (a permit of a semaphore of ``limit`` permits),
+``r`` (a read) or ``w`` (a write). A :class:`Shared` says which, and makes those
+calls; the flows, drivers, watchdog and ``Lock`` are the mutex's and ask their
+hold's kind for each call.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from ..exceptions import LimitMismatch, LockError, LockMismatch, LockUpgradeError
 from .calls import Call
+from .keys import LockKeys
 from .shared_scripts import (
     acquire_shared_script,
     cancel_shared_script,
@@ -34,7 +35,7 @@ _ARTICLES = {"mutex": "a mutex", "semaphore": "a semaphore", "rwlock": "a read-w
 class Shared:
     """The mode of one kind of hold on a semaphore or read-write lock."""
 
-    __slots__ = ("mode", "limit", "primitive", "_mode_arg", "_limit_arg")
+    __slots__ = ("mode", "limit", "primitive", "mode_name", "_mode_arg", "_limit_arg")
 
     def __init__(self, mode: str, limit: int = 0) -> None:
         if mode not in MODE_NAMES:
@@ -42,12 +43,22 @@ class Shared:
         self.mode = mode
         self.limit = limit
         self.primitive = PRIMITIVES[mode]
+        #: ``HolderInfo.mode`` of such a hold.
+        self.mode_name = MODE_NAMES[mode]
         self._mode_arg = mode.encode()
         self._limit_arg = str(limit).encode()
 
     def member(self, owner: str) -> str:
         """The holder field of *owner* in the lock hash (and in the lease set)."""
         return f"{self.mode}:{owner}"
+
+    def keys(self, lock_keys: LockKeys) -> tuple[bytes, ...]:
+        """The keys of every call of such a hold: all five."""
+        return lock_keys.shared
+
+    def known_name(self, name: str) -> str:
+        """The name the client counts its owners' holds under (reads and writes apart)."""
+        return f"{name}\0{self.mode}"
 
     # -- calls -----------------------------------------------------------------
 
@@ -99,7 +110,7 @@ class Shared:
 
     # -- refusals --------------------------------------------------------------
 
-    def refusal(self, reply: str, name: str) -> LockError:
+    def refusal(self, reply: str | bytes, name: str) -> LockError:
         """The error of an acquire the script refused (see :func:`refusal`)."""
         return refusal(reply, name, self.primitive, self.limit)
 

@@ -33,6 +33,7 @@ reader arriving behind a queued writer waits for it).
 from __future__ import annotations
 
 from .scripts import (
+    CLOCK_FRAGMENT,
     ENQUEUE_FRAGMENT,
     ENTRY_LIFE_MS,
     HANDOFF_CLAIM_MS,
@@ -41,17 +42,10 @@ from .scripts import (
     Script,
 )
 
-_BASE = (
-    r"""
-local L, F, Q, E, Z = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local clock
-local function now_us()
-  if not clock then clock = redis.call('TIME') end
-  return tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-end
-local function now_ms() return math.floor(now_us() / 1000) end
-local function num(x) return string.format('%.0f', x) end
-"""
+# Holder records and leases (needs L, the lock hash, and Z, the lease set):
+# Redis's clock, a record's fields, and moving a holder's lease end.
+_HOLDERS = (
+    CLOCK_FRAGMENT
     + SPLIT_FRAGMENT
     + r"""
 local function rec(s) return split(s, 7) end
@@ -68,6 +62,23 @@ local function keep_until(exp)
     redis.call('PEXPIREAT', Z, at)
   end
 end
+
+-- Move the lease of holder *member* (its record *r*) to end at *exp* (Redis ms).
+local function set_expiry(member, r, exp)
+  r[7] = num(exp)
+  redis.call('HSET', L, member, pack(r))
+  redis.call('ZADD', Z, r[7], member)
+  keep_until(exp)
+end
+"""
+)
+
+_BASE = (
+    r"""
+local L, F, Q, E, Z = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+"""
+    + _HOLDERS
+    + r"""
 
 -- Drop the holders whose lease ran out (Redis's clock).
 local function purge()
@@ -90,13 +101,14 @@ local function admits(mode, owner, limit)
 end
 
 -- Record a new hold: a fresh fencing token (as a mutex's: the larger of the
--- last + 1 and Redis's clock in us), the record, its lease.
-local function grant(mode, limit, owner, nonce, ttl, meta, since, lease, retention)
+-- last + 1 and Redis's clock in us), the record, its lease. Dated by Redis's
+-- clock, not the (possibly skewed) client's.
+local function grant(mode, limit, owner, nonce, ttl, meta, lease, retention)
   local fence = (tonumber(redis.call('HGET', F, 'fence')) or 0) + 1
   local t = now_us()
   if t > fence then fence = t end
   fence = num(fence)
-  since = num(math.floor(t / 1000))  -- Redis's clock, not the (possibly skewed) client's
+  local since = num(math.floor(t / 1000))
   if redis.call('HSET', F, 'fence', fence) == 1 then redis.call('PEXPIRE', F, retention) end
   local exp = num(now_ms() + lease)
   local member = mode .. ':' .. owner
@@ -136,10 +148,10 @@ local function handoff(retention, me, my)
     redis.call('HDEL', E, w)
     local ttl = tonumber(p[2])
     if w == me then
-      mine = grant(mode, limit, w, my[1], my[2], my[3], num(now_ms()), tonumber(my[2]), retention)
+      mine = grant(mode, limit, w, my[1], my[2], my[3], tonumber(my[2]), retention)
     else
       if ttl > CLAIM_MS then ttl = CLAIM_MS end
-      local fence = grant(mode, limit, w, p[4], p[2], p[6], num(now_ms()), ttl, retention)
+      local fence = grant(mode, limit, w, p[4], p[2], p[6], ttl, retention)
       redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
     end
   end
@@ -174,7 +186,7 @@ end
 #: Waiter entry life and claim window: the same as a mutex's.
 _BASE = _BASE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 
-# ARGV: owner, nonce, ttl_ms, meta, '' (unused: "since" is Redis's clock),
+# ARGV: owner, nonce, ttl_ms, meta, '' (unused: grants are dated by Redis),
 #       retention_ms, channel ('' = do not queue when held), known ('' or the
 #       holds the client knows this owner has), mode (s / r / w), limit (0 for rw).
 # Returns (see calls.decode_attempt): the fencing token (> 0) for a fresh
@@ -183,7 +195,7 @@ _BASE = _BASE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 ACQUIRE = (
     _BASE
     + r"""
-local owner, nonce, ttl, meta, since = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local retention, channel, known, mode, limit = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local kind = 'rwlock'
 if mode == 's' then kind = 'semaphore' end
@@ -202,11 +214,10 @@ if held then
   r[1], r[5] = tostring(c), nonce
   local exp = now_ms() + tonumber(ttl)
   if exp > tonumber(r[7]) then
-    r[7] = num(exp)
-    redis.call('ZADD', Z, r[7], member)
-    keep_until(exp)
+    set_expiry(member, r, exp)
+  else
+    redis.call('HSET', L, member, pack(r))
   end
-  redis.call('HSET', L, member, pack(r))
   return {r[2], c}
 end
 if mode == 'w' and redis.call('HEXISTS', L, 'r:' .. owner) == 1 then return 'UPGRADE' end
@@ -215,13 +226,13 @@ if admits(mode, owner, n) then
   -- A writer taking a read (a downgrade) never waits: the queue waits for it.
   local downgrade = mode == 'r' and h[1] and redis.call('HGET', L, 'writer') == owner
   if downgrade or redis.call('EXISTS', Q) == 0 then
-    return tonumber(grant(mode, limit, owner, nonce, ttl, meta, since, lease, retention))
+    return tonumber(grant(mode, limit, owner, nonce, ttl, meta, lease, retention))
   end
 end
 local mine = handoff(retention, owner, {nonce, ttl, meta})
 if mine then return tonumber(mine) end
 if not live_head() and admits(mode, owner, n) then
-  return tonumber(grant(mode, limit, owner, nonce, ttl, meta, since, lease, retention))
+  return tonumber(grant(mode, limit, owner, nonce, ttl, meta, lease, retention))
 end
 if channel ~= '' then
   local life = """
@@ -277,30 +288,15 @@ return 0
 )
 
 # The start of the renewal and extension scripts (KEYS: lock hash, lease set;
-# ARGV[1]: the holder field): Redis's clock, the holder's lease end, and
-# set_expiry, which moves it (record, lease set, and the keys' life).
+# ARGV[1]: the holder field): the holder's lease end, and Redis's "now".
 _LEASE = (
     r"""
 local L, Z, member = KEYS[1], KEYS[2], ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local score = tonumber(redis.call('ZSCORE', Z, member))
 """
-    + SPLIT_FRAGMENT
+    + _HOLDERS
     + r"""
-local function set_expiry(s, exp)
-  local r = split(s, 7)
-  local text = string.format('%.0f', exp)
-  r[7] = text
-  redis.call('HSET', L, member, table.concat(r, '|', 1, 8))
-  redis.call('ZADD', Z, text, member)
-  if exp > (tonumber(redis.call('HGET', L, 'until')) or 0) then
-    local at = string.format('%.0f', 2 * exp - now)  -- as keep_until
-    redis.call('HSET', L, 'until', at)
-    redis.call('PEXPIREAT', L, at)
-    redis.call('PEXPIREAT', Z, at)
-  end
-end
+local now = now_ms()
+local score = tonumber(redis.call('ZSCORE', Z, member))
 """
 )
 
@@ -317,7 +313,7 @@ if exp <= score and ARGV[3] ~= '1' then return 1 end
 if exp < score then exp = score end
 local s = redis.call('HGET', L, member)
 if not s then return 0 end
-set_expiry(s, exp)
+set_expiry(member, rec(s), exp)
 return 1
 """
 )
@@ -332,7 +328,7 @@ local s = redis.call('HGET', L, member)
 if not s then return -1 end
 local new = tonumber(ARGV[2])
 if ARGV[3] ~= '1' then new = score - now + new end
-set_expiry(s, now + new)
+set_expiry(member, rec(s), now + new)
 return new
 """
 )
@@ -397,10 +393,7 @@ for i = 1, #members, 2 do
   if s and (want_owner == '' or string.sub(m, 3) == want_owner) then
     local r = rec(s)
     if want_fence == '' or r[2] == want_fence then
-      r[7] = num(score + ms)
-      redis.call('HSET', L, m, pack(r))
-      redis.call('ZADD', Z, r[7], m)
-      keep_until(score + ms)
+      set_expiry(m, r, score + ms)
       if score + ms - now > longest then longest = score + ms - now end
     end
   end

@@ -28,11 +28,10 @@ from typing import TYPE_CHECKING, Protocol
 from ..exceptions import LockBackendError
 from .calls import AmbiguousReply, Call
 from .identity import on_fork_in_child
-from .scripts import renew_script
+from .mutex import FAIR, Kind
 
 if TYPE_CHECKING:
     from .backends.base import Backend
-    from .shared import Shared
 
 logger = logging.getLogger("django_redislock")
 
@@ -51,7 +50,7 @@ class WatchEntry:
 
     __slots__ = (
         "lock_ref", "owner", "backend", "keys", "name", "ttl_ms", "due", "confirmed_at",
-        "in_flight", "slack", "active", "replicas", "shared",
+        "in_flight", "slack", "active", "replicas", "kind",
     )  # fmt: skip
 
     def __init__(
@@ -64,7 +63,7 @@ class WatchEntry:
         name: str,
         claim_ms: int | None = None,
         replicas: int = 0,
-        shared: Shared | None = None,
+        kind: Kind = FAIR,
     ) -> None:
         now = time.monotonic()
         # A Lock garbage-collected while held stops being renewed (its lease then
@@ -72,10 +71,10 @@ class WatchEntry:
         self.lock_ref = weakref.ref(lock, self._collected)
         self.owner = owner
         self.backend = backend
-        #: The lock hash alone (a mutex), or the five keys of a *shared* hold.
+        #: The keys of the hold's *kind* (``kind.keys``).
         self.keys = keys
-        #: The mode of a semaphore's or read-write lock's hold (None: a mutex).
-        self.shared = shared
+        #: What is renewed: a mutex, a permit, a read or a write; it makes the call.
+        self.kind = kind
         self.name = name
         self.ttl_ms = ttl_ms
         #: Replicas that must acknowledge a renewal for it to count.
@@ -103,12 +102,7 @@ class WatchEntry:
     @property
     def call(self) -> Call:
         """The renewal script call (made when a batch is sent, not on every acquire)."""
-        if self.shared is not None:
-            return self.shared.renew_call(
-                self.keys, self.owner, self.ttl_ms, self.name, self.replicas
-            )
-        args = (self.owner, self.ttl_ms)
-        return Call(renew_script, self.keys, args, "renew the lock", self.name, self.replicas)
+        return self.kind.renew_call(self.keys, self.owner, self.ttl_ms, self.name, self.replicas)
 
     @property
     def lost_at(self) -> float:
@@ -151,17 +145,17 @@ class Watchdog:
         name: str,
         claim_ms: int | None = None,
         replicas: int = 0,
-        shared: Shared | None = None,
+        kind: Kind = FAIR,
     ) -> WatchEntry:
         """Renew the lock at *keys* on *backend* for *owner* every ~ttl/3 while *lock* lives.
 
         *claim_ms*: the hold was handed off and is leased for that long only, so
         the first renewal (which claims it) is due within a third of that.
         *replicas*: a renewal counts only once that many replicas acknowledged it.
-        *keys*: the lock hash alone, or for *shared* (the mode of a semaphore's or
-        read-write lock's hold) its five keys.
+        *keys* and *kind*: the keys of the hold and what it is (a mutex, a permit, a
+        read or a write), which makes the renewal call.
         """
-        entry = WatchEntry(lock, owner, backend, keys, ttl_ms, name, claim_ms, replicas, shared)
+        entry = WatchEntry(lock, owner, backend, keys, ttl_ms, name, claim_ms, replicas, kind)
         with self._cond:
             self._entries[id(entry)] = entry
             if self._thread is None:

@@ -45,17 +45,6 @@ def _primitive(info: LockInfo) -> str:
     return info.primitive
 
 
-def _matching(info: LockInfo | None, owner: str | None, token: int | None) -> list[HolderInfo]:
-    """The holders of *info* an operator action with *owner* / *token* acts on."""
-    if info is None:
-        return []
-    return [
-        h
-        for h in info.holders
-        if (not owner or h.owner == owner) and (token is None or h.fencing_token == token)
-    ]
-
-
 def _holder_line(holder: HolderInfo) -> str:
     return (
         f"  {holder.mode}\towner={holder.owner}\t{_holder(holder)}\t"
@@ -167,7 +156,7 @@ class Command(BaseCommand):
         if before is None or before.primitive == "mutex":
             self.stdout.write(f"released {name!r}")
             return
-        holders = _matching(before, owner, token)
+        holders = before.holders_matching(owner, token)
         self.stdout.write(f"released {len(holders)} holder(s) of {name!r}")
         for holder in holders:
             self.stdout.write(_holder_line(holder))
@@ -184,7 +173,7 @@ class Command(BaseCommand):
         if after is None or after.primitive == "mutex":
             self.stdout.write(f"extended {name!r} by {seconds:g}s: lease now {_lease(result.ttl)}")
             return
-        holders = _matching(after, owner, token)
+        holders = after.holders_matching(owner, token)
         self.stdout.write(f"extended {len(holders)} holder(s) of {name!r} by {seconds:g}s")
         for holder in holders:
             self.stdout.write(_holder_line(holder))
