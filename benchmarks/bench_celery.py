@@ -5,6 +5,11 @@ Variants (all trivial ``return n`` bodies, every call with a fresh ``n`` so no
 lock is ever contended):
 
 * ``plain``: no lock (the baseline);
+* ``floor``: a bare ``SET NX PX`` before the body and ``DEL`` after it, on the
+  client our locks use: two round trips and nothing else, the least any
+  run-time lock can add (the figure the run-time modes are compared with);
+* ``lock_only``: a plain task whose body is ``with locks.lock("bench-lock:{n}")``:
+  our lock without the task integration around it;
 * ``decorated``: ``@single_instance("bench:{n}")`` under ``@app.task``;
 * ``based``: ``base=SingleInstanceTask`` (run-time lock only);
 * ``based_unique``: ``SingleInstanceTask`` with ``unique_on_enqueue=True``
@@ -52,7 +57,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 
 from tests import celery_app as ca  # noqa: E402  (starts redis-server, sets up Django)
 
-BASE_VARIANTS = ["plain", "decorated", "based", "based_unique"]
+BASE_VARIANTS = ["plain", "floor", "lock_only", "decorated", "based", "based_unique"]
 LINE = re.compile(r"Task tests\.celery_app\.(\w+)\[[^\]]+\] succeeded in ([0-9.eE-]+)s")
 
 
@@ -75,7 +80,7 @@ def run(tasks: int, batch: int) -> dict[str, Any]:
             getattr(ca, v).delay(-1 - variants.index(v)).get(timeout=60)
         rounds = max(1, tasks // batch)
         for r in range(rounds):
-            order = variants[r % len(variants):] + variants[: r % len(variants)]
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for v in order:
                 task = getattr(ca, v)
                 results = []
@@ -115,9 +120,13 @@ def run(tasks: int, batch: int) -> dict[str, Any]:
             None if f["runtime_us"] is None else f["runtime_us"] - plain["runtime_us"]
         )
     return {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "platform": platform.platform()},
-        "tasks_per_variant": tasks, "batch": batch,
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
+        "tasks_per_variant": tasks,
+        "batch": batch,
         "locks_left_held": leftover,
         "variants": figures,
     }
@@ -131,15 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="JSON output path")
     args = ap.parse_args(argv)
     results = run(args.tasks, args.batch)
-    print(f"{'variant':<16}{'tasks':>7}{'enqueue us':>12}{'+enq us':>9}"
-          f"{'runtime us':>12}{'+run us':>9}{'tasks/s':>9}")
+    print(
+        f"{'variant':<16}{'tasks':>7}{'enqueue us':>12}{'+enq us':>9}"
+        f"{'runtime us':>12}{'+run us':>9}{'tasks/s':>9}"
+    )
     for v, f in results["variants"].items():
-        print(f"{v:<16}{f['tasks']:>7}{f['enqueue_us']:>12.0f}{f['added_enqueue_us']:>9.0f}"
-              f"{(f['runtime_us'] or 0):>12.0f}{(f['added_runtime_us'] or 0):>9.0f}"
-              f"{f['tasks_per_s']:>9.0f}")
+        print(
+            f"{v:<16}{f['tasks']:>7}{f['enqueue_us']:>12.0f}{f['added_enqueue_us']:>9.0f}"
+            f"{(f['runtime_us'] or 0):>12.0f}{(f['added_runtime_us'] or 0):>9.0f}"
+            f"{f['tasks_per_s']:>9.0f}"
+        )
     print(f"locks still held afterwards (must be 0): {results['locks_left_held']}")
-    out = Path(args.out) if args.out else (
-        ROOT / "benchmarks" / "results" / time.strftime("celery-%Y-%m-%d-%H%M%S.json"))
+    out = (
+        Path(args.out)
+        if args.out
+        else (ROOT / "benchmarks" / "results" / time.strftime("celery-%Y-%m-%d-%H%M%S.json"))
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     print(f"JSON: {out}")

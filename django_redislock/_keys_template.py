@@ -124,6 +124,7 @@ class KeySpec:
     ) -> None:
         self.key = key
         self._without_self: KeySpec | None = None
+        self._bind_plan: tuple[inspect.Signature, _Plan | None] | None = None
         self.base = base or dotted_name(func)
         self.drop_first = drop_first
         try:
@@ -190,6 +191,13 @@ class KeySpec:
         """The call's arguments by name, defaults applied, ``**kwargs`` flattened in."""
         if self.signature is None:
             return dict(kwargs)
+        cached = self._bind_plan
+        if cached is None or cached[0] is not self.signature:  # (without_self copies it)
+            cached = self._bind_plan = (self.signature, _plan(self.signature))
+        if cached[1] is not None:
+            quick = _quick_bind(cached[1], args, kwargs)
+            if quick is not None:
+                return quick
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -235,6 +243,47 @@ class KeySpec:
                 f"cannot render lock key {key!r} for this call of {self.base}(): "
                 f"{type(exc).__name__}: {exc}"
             ) from None
+
+
+#: How to bind a call quickly: the parameter names, how many of them can be
+#: passed by position, and their defaults.
+_Plan = tuple[tuple[str, ...], int, dict[str, Any]]
+
+
+def _plan(signature: inspect.Signature) -> _Plan | None:
+    """The quick-binding plan of *signature*; None unless every parameter is plain
+    (positional-or-keyword, or keyword-only)."""
+    params = list(signature.parameters.values())
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not all(p.kind in plain for p in params):
+        return None
+    positional = sum(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    return tuple(p.name for p in params), positional, defaults
+
+
+def _quick_bind(
+    plan: _Plan, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """``Signature.bind`` + ``apply_defaults`` for the common call of a function
+    whose parameters are all plain, in a fraction of the time; None when the
+    call needs the full treatment (which also words its errors)."""
+    names, positional, defaults = plan
+    if len(args) > positional:
+        return None
+    arguments = dict(zip(names, args, strict=False))
+    for name, value in kwargs.items():
+        if name in arguments:
+            return None
+        arguments[name] = value
+    if len(arguments) == len(names):
+        return arguments if all(name in arguments for name in names) else None
+    for name in names:
+        if name not in arguments:
+            if name not in defaults:
+                return None
+            arguments[name] = defaults[name]
+    return arguments if len(arguments) == len(names) else None
 
 
 def _without_first(signature: inspect.Signature) -> inspect.Signature:

@@ -27,6 +27,7 @@ How a task's lock lives:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -347,7 +348,11 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
         super().__init_subclass__(**kwargs)
         run = cls.__dict__.get("run")
         if run is not None:
+            # Guard ``run`` itself rather than override ``__call__``: Celery's tracer
+            # calls ``run`` directly unless ``__call__`` is custom, which saves a
+            # request push per task.
             cls._redislock_config = cls._build_lock_config(run)
+            cls.run = _guarded_run(run)
 
     @classmethod
     def _build_lock_config(cls, run: Any) -> GuardConfig:
@@ -388,22 +393,14 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
         )
 
     def _lock_config(self) -> GuardConfig:
-        config = self._redislock_config
+        """This class's own lock options (a subclass may change them without a new ``run``)."""
+        cls = type(self)
+        config: GuardConfig | None = cls.__dict__.get("_redislock_config")
         if config is None:
-            config = type(self)._redislock_config = self._build_lock_config(type(self).run)
+            run = cls.run
+            config = cls._build_lock_config(getattr(run, "_redislock_body", run))
+            cls._redislock_config = config
         return config
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the task body under its lock (in the worker, eagerly, or called directly)."""
-        config = self._lock_config()
-        return run_guarded(
-            self,
-            config,
-            config.spec,
-            args,
-            kwargs,
-            lambda: super(SingleInstanceTask, self).__call__(*args, **kwargs),
-        )
 
     def apply_async(
         self,
@@ -506,6 +503,29 @@ def _in_canvas(options: dict[str, Any]) -> bool:
     return "chain" in options or any(
         options.get(key) not in (None, [], ()) for key in _CANVAS_OPTIONS
     )
+
+
+def _guarded_run(body: Any) -> Callable[..., Any]:
+    """The ``run`` of a SingleInstanceTask class whose own body is *body*.
+
+    *body* is a ``staticmethod`` (``@app.task(base=...)`` without ``bind``) or a
+    function taking the task (``bind=True``, or ``run`` defined in a class body).
+    The worker, ``apply()`` and a direct call all come through here.
+    """
+    func = body.__func__ if isinstance(body, staticmethod) else body
+    bound = not isinstance(body, staticmethod)
+
+    @functools.wraps(func)
+    def run(self: SingleInstanceTask, *args: Any, **kwargs: Any) -> Any:
+        config = self._lock_config()
+        if bound:
+            return run_guarded(
+                self, config, config.spec, args, kwargs, lambda: func(self, *args, **kwargs)
+            )
+        return run_guarded(self, config, config.spec, args, kwargs, lambda: func(*args, **kwargs))
+
+    run._redislock_body = body  # type: ignore[attr-defined]
+    return run
 
 
 class _UnlockedMarker:

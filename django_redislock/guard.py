@@ -79,9 +79,7 @@ class GuardConfig:
         """The manager to make locks with (default: ``django_redislock.locks``)."""
         if self.manager is not None:
             return self.manager
-        from .manager import locks
-
-        return locks
+        return _default_manager()
 
     def make_lock(self, name: str, owner: str | None, **options: Any) -> Lock:
         """A Lock on *name* with this config's lease (a Semaphore with a ``limit``)."""
@@ -104,6 +102,19 @@ class GuardConfig:
         if wait and self.timeout == 0:
             return None
         return self.timeout
+
+
+def _default_manager() -> LockManager:
+    """``django_redislock.locks`` (imported on first use: the manager imports this module)."""
+    global _locks
+    if _locks is None:
+        from .manager import locks
+
+        _locks = locks
+    return _locks
+
+
+_locks: LockManager | None = None
 
 
 def release_holders(

@@ -27,7 +27,7 @@ from celery import Celery  # noqa: E402
 from celery.exceptions import Ignore  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from django_redislock import single_instance  # noqa: E402
+from django_redislock import locks, single_instance  # noqa: E402
 from django_redislock.celery import SingleInstanceTask  # noqa: E402
 
 _BASE = settings.REDIS_URL.rsplit("/", 1)[0]
@@ -182,6 +182,30 @@ def ignored(self: Any, n: int, tag: str) -> None:
 def plain(n: int) -> int:
     """No lock at all (the benchmark's baseline)."""
     return n
+
+
+@app.task
+def floor(n: int) -> int:
+    """The least a run-time lock can cost: SET NX PX before, DEL after (benchmark).
+
+    Two round trips on the client our locks use, with no owner check, no queue,
+    no renewal and nothing for the admin to show: the floor the run-time modes
+    are measured against.
+    """
+    from django_redislock.connection import resolve_client
+
+    client = resolve_client()
+    key = f"bench-floor:{n}"
+    client.set(key, "1", nx=True, px=30000)
+    client.delete(key)
+    return n
+
+
+@app.task
+def lock_only(n: int) -> int:
+    """A plain task whose body takes ``locks.lock()``: our lock, no task glue (benchmark)."""
+    with locks.lock(f"bench-lock:{n}"):
+        return n
 
 
 @app.task

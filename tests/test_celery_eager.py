@@ -421,3 +421,40 @@ def test_lock_limit_runs_eagerly_as_a_semaphore(name: str) -> None:
     (info,) = seen
     assert info.primitive == "semaphore" and info.limit == 3 and info.kind == "task"
     assert locks.get("eager-limited:5") is None
+
+
+class _ClassDefined(SingleInstanceTask):
+    """A task defined as a class with its own ``run``."""
+
+    name = "tests.class_defined"
+    lock_key = "classdef:{n}"
+
+    def run(self, n: int) -> Any:
+        return locks.get(f"classdef:{n}"), locks.get(f"classdef-sub:{n}")
+
+
+class _ClassDefinedSub(_ClassDefined):
+    """Inherits ``run``, changes only the key."""
+
+    name = "tests.class_defined_sub"
+    lock_key = "classdef-sub:{n}"
+
+
+def test_a_class_defined_task_and_a_subclass_each_take_their_own_key() -> None:
+    task = eager.register_task(_ClassDefined())
+    sub = eager.register_task(_ClassDefinedSub())
+    own, other = task.apply((1,)).get()
+    assert own is not None and own.name == "classdef:1" and other is None
+    own, other = sub.apply((1,)).get()
+    assert own is None and other is not None and other.name == "classdef-sub:1"
+    # Called directly (no worker), the body is guarded too.
+    own, _ = task(2)
+    assert own is not None and own.name == "classdef:2"
+    assert locks.get("classdef:1") is None and locks.get("classdef-sub:1") is None
+
+
+def test_the_worker_calls_run_directly_with_no_custom_call() -> None:
+    """Celery's tracer skips ``__call__`` (one request push less per task) unless it is custom."""
+    from celery.app.trace import task_has_custom
+
+    assert not task_has_custom(fails, "__call__")

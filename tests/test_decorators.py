@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import decimal
+import inspect
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -377,3 +379,55 @@ def test_a_limit_is_checked_at_decoration(name: str) -> None:
         single_instance("x", limit=0)
     with pytest.raises(TypeError, match="whole number"):
         single_instance("x", limit="3")  # type: ignore[arg-type]
+
+
+def _plain_params(a: int, b: str = "x", *, c: int = 3) -> None:
+    """Every parameter plain: the quick binding serves most calls."""
+
+
+def _varargs(a: int, *rest: int, **more: int) -> None:
+    """Variadic: always the full binding."""
+
+
+@pytest.mark.parametrize(
+    ("func", "args", "kwargs"),
+    [
+        (_plain_params, (1,), {}),
+        (_plain_params, (1, "y"), {}),
+        (_plain_params, (), {"a": 1, "c": 9}),
+        (_plain_params, (1,), {"c": 5, "b": "z"}),
+        (_varargs, (1, 2, 3), {"k": 4}),
+        (_varargs, (1,), {}),
+    ],
+)
+def test_quick_binding_gives_what_signature_bind_gives(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    from django_redislock._keys_template import ARGS
+
+    spec = KeySpec(ARGS, func)
+    bound = inspect.signature(func).bind(*args, **kwargs)
+    bound.apply_defaults()
+    expected = dict(bound.arguments)
+    expected.update(expected.pop("more", {}))
+    if "rest" in expected:
+        expected["rest"] = list(expected["rest"])
+    assert spec.bind(args, kwargs) == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((), {}, "missing a required argument: 'a'"),
+        ((1, "y", 3), {}, "too many positional arguments"),
+        ((1,), {"a": 2}, "multiple values for argument 'a'"),
+        ((1,), {"d": 2}, "unexpected keyword argument 'd'"),
+    ],
+)
+def test_a_call_that_does_not_bind_is_refused_with_the_reason(
+    args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
+
+    spec = KeySpec("k:{a}", _plain_params)
+    with pytest.raises(TypeError, match=re.escape(message)):
+        spec.render(args, kwargs)

@@ -93,12 +93,17 @@ def validate_owner(owner: object) -> str:
     return owner
 
 
+_JSON_SCALARS = (str, int, bool, type(None))
+
+
 def json_dict(value: object, what: str) -> dict[str, Any] | None:
     """Return *value* if it is None or a JSON-serialisable dict, else raise TypeError."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise TypeError(f"{what} must be a dict, not {type(value).__name__}")
+    if all(type(k) is str and type(v) in _JSON_SCALARS for k, v in value.items()):
+        return value  # the usual flat dict (a task's meta): nothing to serialise to know
     try:
         json.dumps(value)
     except (TypeError, ValueError) as exc:
