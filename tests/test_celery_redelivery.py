@@ -1,6 +1,7 @@
-"""Celery on a real prefork worker whose broker redelivers fast: a redelivered copy of a
-running message (same task id) never runs beside it, a redelivery after a SIGKILLed
-worker still runs, and a task that locks its own guard's name does not deadlock.
+"""Celery on real workers (prefork, threads, solo) whose broker redelivers fast: a
+redelivered copy of a running message (same task id) never runs beside it, a
+redelivery after a SIGKILLed worker still runs, and a task that locks its own guard's
+name does not deadlock.
 
 The worker's broker has a 2 s visibility timeout and looks for unacknowledged messages
 every second (``REDISLOCK_TEST_VISIBILITY``, see tests/celery_app.py), so a task with
@@ -40,17 +41,22 @@ def _worker(name: str, pool: str = "prefork") -> ca.Worker:
     )
 
 
-@pytest.fixture(params=["prefork", "threads"])
+@pytest.fixture(params=["prefork", "threads", "solo"])
 def worker(request: pytest.FixtureRequest) -> Iterator[ca.Worker]:
-    """A worker on each pool that runs tasks side by side (solo runs one at a time, so
-    a redelivered copy can only run after the first: no overlap to prevent)."""
+    """A worker on each pool. A solo worker runs one task at a time, so a redelivered
+    copy can only overlap the first on another worker: with solo, a second solo worker
+    consumes the same queue (how solo pools are scaled)."""
     _flush_broker()
-    w = _worker("redeliver", request.param)
+    workers = [_worker("redeliver", request.param)]
+    if request.param == "solo":
+        workers.append(_worker("redeliver-2", "solo"))
     try:
-        w.wait_ready()
-        yield w
+        for w in workers:
+            w.wait_ready()
+        yield workers[0]
     finally:
-        w.stop()
+        for w in workers:
+            w.stop()
 
 
 def _events(tag: str, timeout: float) -> list[str]:
