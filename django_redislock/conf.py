@@ -12,6 +12,8 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
+from .standalone import lookup
+
 #: Every setting this package reads, with its default.
 DEFAULTS: dict[str, Any] = {
     # Which Django cache alias's Redis client to reuse.
@@ -59,12 +61,18 @@ def get_setting(name: str) -> Any:
     try:
         return _cache[name]
     except KeyError:
-        value = _cache[name] = getattr(django_settings, name, DEFAULTS[name])
-        return value
+        pass
+    if django_settings.configured:
+        value = getattr(django_settings, name, DEFAULTS[name])
+    else:  # a script or a Celery app without Django (see django_redislock.standalone)
+        value = lookup(name, DEFAULTS[name])
+    _cache[name] = value
+    return value
 
 
-def _clear_cache(**kwargs: Any) -> None:
+def clear_cache(**kwargs: Any) -> None:
+    """Forget the cached setting values (on ``setting_changed`` and ``configure()``)."""
     _cache.clear()
 
 
-setting_changed.connect(_clear_cache, dispatch_uid="django_redislock.conf")
+setting_changed.connect(clear_cache, dispatch_uid="django_redislock.conf")

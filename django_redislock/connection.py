@@ -136,6 +136,15 @@ def resolve_client(cache_alias: str | None = None, url: str | None = None) -> Cl
         url = get_setting("REDISLOCK_URL")
     if url:
         return client_for_url(url)
+    from django.conf import settings
+
+    if not settings.configured:
+        raise ImproperlyConfigured(
+            "django-redislock has no Redis to use: without Django settings there is no cache "
+            "alias to borrow a client from. Set REDISLOCK_URL (django_redislock.standalone."
+            "configure(REDISLOCK_URL='redis://...'), or REDISLOCK_URL in your Celery app's conf), "
+            "or pass LockManager(client=redis.Redis(...))"
+        )
     return client_for_cache(cache_alias or get_setting("REDISLOCK_CACHE"))
 
 
