@@ -228,7 +228,7 @@ class LockManager:
         lock still has that owner / token; with *unowned_only*, only if it has
         neither (see :meth:`force_release`). The lock's recorded lease (what its
         holder's watchdog renews to) is unchanged: the extra time runs down, then
-        normal renewal resumes. See :class:`ExtendResult`.
+        normal renewal resumes. See :class:`~django_redislock.engine.calls.ExtendResult`.
         """
         backend = self.backend()
         call = _force_extend_call(backend, name, seconds, owner, fencing_token, unowned_only)

@@ -10,7 +10,7 @@ name) and ``owner`` (the owner token), plus:
 * ``lock_contended``: ``pttl`` (remaining lease of the holder in seconds, or
   None), sent once per acquire call that found the lock held.
 
-``force_released`` is sent by :meth:`LockManager.force_release` with
+``force_released`` is sent by :meth:`~django_redislock.LockManager.force_release` with
 ``sender`` = the manager class, ``name``, ``info`` (the LockInfo before release,
 or None) and ``released`` (bool).
 """
