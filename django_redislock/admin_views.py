@@ -32,7 +32,7 @@ from django.urls import NoReverseMatch, reverse
 
 from .admin_listing import ORDERINGS, ListQuery, Window, scan_window
 from .admin_targets import PRIMITIVE_LABELS, Target, describe_primitive
-from .conf import get_setting
+from .conf import setting
 from .engine.info import HolderInfo, LockInfo
 from .engine.validate import validate_name
 from .exceptions import LockBackendError
@@ -308,7 +308,7 @@ def _key_prefix(model_admin: ViewerAdmin) -> str:
     try:
         return manager.backend().keyspace.prefix
     except LockBackendError:
-        return str(manager.key_prefix or get_setting("REDISLOCK_KEY_PREFIX"))
+        return str(manager.key_prefix or setting("REDISLOCK_KEY_PREFIX"))
 
 
 def backend_unavailable(

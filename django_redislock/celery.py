@@ -425,9 +425,9 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
         task_id = task_id or uuid()
         lease = self.lock_enqueue_ttl or config.ttl
         if lease is None:
-            from .conf import get_setting
+            from .conf import setting
 
-            lease = float(get_setting("REDISLOCK_DEFAULT_TTL"))
+            lease = setting("REDISLOCK_DEFAULT_TTL")
         # The lock must outlive the wait for a countdown/ETA, then the worker renews it.
         lease += _delay_seconds(options.get("countdown"), options.get("eta"))
         lock = config.lock_manager().lock(

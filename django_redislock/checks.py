@@ -14,47 +14,67 @@
   replica): they fail together, so the majority is not what it seems.
 * ``django_redislock.W005`` an even number of Redlock masters, or fewer than 3.
 * ``django_redislock.W006`` Redlock masters that cannot be reached.
+* ``django_redislock.W007`` a ``REDISLOCK_*`` name that is not a setting of this
+  package (a misspelling?), with the closest known name.
+* ``django_redislock.E005`` / ``W008``: lock keys of views and Celery tasks
+  (:mod:`django_redislock.key_checks`).
+
+Every setting's rule is its entry in :mod:`django_redislock.settings_spec`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from .conf import get_setting
+from .conf import get_setting, setting
 from .connection import connection_kwargs, redlock_clients, resolve_client
 from .engine.backends.redlock import RedlockBackend
-from .engine.keys import KeySpace
-from .engine.validate import validate_replicas, validate_seconds
 from .exceptions import LockBackendError
 from .handler import default_source
+from .settings_spec import PREFIX, SETTINGS, SPECS, suggest_setting
+
+#: The settings that say which Redis the locks use: while one is invalid, the
+#: backend is not resolved (its error would only repeat theirs).
+_BACKEND_SETTINGS = {
+    "REDISLOCK_CACHE",
+    "REDISLOCK_URL",
+    "REDISLOCK_CLUSTER",
+    "REDISLOCK_REDLOCK_CACHES",
+}
 
 
 @checks.register("django_redislock")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Check the REDISLOCK_* values and that the backend is a Redis cache."""
-    errors: list[checks.CheckMessage] = []
-    for name in ("REDISLOCK_DEFAULT_TTL", "REDISLOCK_FENCE_RETENTION", "REDISLOCK_WAIT_TIMEOUT"):
+    """Check every REDISLOCK_* value against its entry in the settings table, look for
+    misspelt names, and check that the backend is a Redis cache."""
+    errors: list[checks.CheckMessage] = _unknown_settings()
+    invalid = set()
+    for spec in SETTINGS:
         try:
-            validate_seconds(get_setting(name), name)
+            spec.clean(get_setting(spec.name), spec.name)
         except (TypeError, ValueError) as exc:
-            errors.append(checks.Error(str(exc), id="django_redislock.E002"))
-    try:
-        validate_replicas(get_setting("REDISLOCK_WAIT_REPLICAS"), "REDISLOCK_WAIT_REPLICAS")
-    except (TypeError, ValueError) as exc:
-        errors.append(checks.Error(str(exc), id="django_redislock.E002"))
-    try:
-        KeySpace(get_setting("REDISLOCK_KEY_PREFIX"))
-    except ValueError as exc:
-        errors.append(checks.Error(str(exc), id="django_redislock.E002"))
+            invalid.add(spec.name)
+            errors.append(
+                checks.Error(
+                    str(exc),
+                    hint=f"Correct {spec.name} in your settings ({spec.meaning}; see "
+                    "docs/settings.md), or remove it to use the default "
+                    f"{spec.default!r}.",
+                    id="django_redislock.E002",
+                )
+            )
+    if invalid & _BACKEND_SETTINGS:
+        return errors  # which Redis to use is unknown until those are corrected
     try:
         redlock = get_setting("REDISLOCK_REDLOCK_CACHES")
         if redlock:
             redlock_clients(redlock)
         client = resolve_client()
-    except ImproperlyConfigured as exc:
+    except (ImproperlyConfigured, ValueError) as exc:  # ValueError: a URL redis-py refuses
         errors.append(
             checks.Error(
                 str(exc),
@@ -80,6 +100,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 )
             )
     return errors
+
+
+def _unknown_settings() -> list[checks.CheckMessage]:
+    """W007: ``REDISLOCK_*`` names in the settings that this package does not read."""
+    warnings: list[checks.CheckMessage] = []
+    for name in sorted(dir(django_settings)):
+        if not name.startswith(PREFIX) or name in SPECS:
+            continue
+        close = suggest_setting(name)
+        hint = (
+            f"Did you mean {close}? Rename the setting."
+            if close
+            else "Remove it, or use one of the settings listed in docs/settings.md."
+        )
+        warnings.append(
+            checks.Warning(
+                f"{name} is not a django-redislock setting, so it has no effect.",
+                hint=hint,
+                id="django_redislock.W007",
+            )
+        )
+    return warnings
 
 
 @checks.register("django_redislock", "database")
@@ -121,9 +163,7 @@ def _replication_problems(backend: Any) -> list[checks.CheckMessage]:
     if isinstance(backend, RedlockBackend):
         return []
     try:
-        wanted = validate_replicas(
-            get_setting("REDISLOCK_WAIT_REPLICAS"), "REDISLOCK_WAIT_REPLICAS"
-        )
+        wanted = setting("REDISLOCK_WAIT_REPLICAS")
         replicas = backend.connected_replicas()
     except (TypeError, ValueError, LockBackendError, AttributeError):
         return []  # an invalid setting is E002; INFO refused: nothing to compare

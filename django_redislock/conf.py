@@ -1,8 +1,10 @@
 """The ``REDISLOCK_*`` settings, their defaults, and lazy access to them.
 
 Settings are read from ``django.conf.settings`` every time they are needed, so
-``override_settings`` works in tests. Values are validated where they are used
-and by the system checks in :mod:`django_redislock.checks`.
+``override_settings`` works in tests. Each one's default and validator are in the
+table of :mod:`django_redislock.settings_spec`; :func:`setting` validates a value
+where it is used and the system checks in :mod:`django_redislock.checks` validate
+them all.
 """
 
 from __future__ import annotations
@@ -12,41 +14,12 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
+from .settings_spec import SETTINGS, SPECS
 from .standalone import lookup
 
-#: Every setting this package reads, with its default.
-DEFAULTS: dict[str, Any] = {
-    # Which Django cache alias's Redis client to reuse.
-    "REDISLOCK_CACHE": "default",
-    # A redis:// URL to use instead of a cache alias (the escape hatch).
-    "REDISLOCK_URL": None,
-    # Whether REDISLOCK_URL is a node of a Redis Cluster: None = ask the server
-    # once (INFO cluster: cluster_enabled), True = it is, False = it is not.
-    "REDISLOCK_CLUSTER": None,
-    # First component of every Redis key this package writes.
-    "REDISLOCK_KEY_PREFIX": "redislock",
-    # Default lease, in seconds.
-    "REDISLOCK_DEFAULT_TTL": 30.0,
-    # Whether held locks are renewed by the per-process watchdog by default.
-    "REDISLOCK_AUTO_RENEW": True,
-    # Whether leaving a ``with`` block whose lock was lost raises LockLost.
-    "REDISLOCK_RAISE_ON_LOST": True,
-    # How long (seconds) the per-name fencing counter lives after its last use;
-    # tokens are never below the Redis clock in microseconds, so they keep
-    # increasing after it expired.
-    "REDISLOCK_FENCE_RETENTION": 86400,
-    # How many replicas must acknowledge a grant, hand-off, renewal or extension
-    # (Redis WAIT) before it counts; 0 = do not wait. Per lock: wait_replicas=.
-    "REDISLOCK_WAIT_REPLICAS": 0,
-    # How long (seconds) to wait for those acknowledgements.
-    "REDISLOCK_WAIT_TIMEOUT": 0.5,
-    # Cache aliases (or redis:// URLs) of independent Redis masters: when set, the
-    # default manager makes Redlock quorum locks over them.
-    "REDISLOCK_REDLOCK_CACHES": [],
-    # Redlock: a second round per fresh grant makes fencing tokens strictly
-    # increasing whatever the masters' clocks do (else they are per master).
-    "REDISLOCK_REDLOCK_MONOTONIC_FENCING": False,
-}
+#: Every setting this package reads, with its default (from the table in
+#: :mod:`django_redislock.settings_spec`, which also says what each one means).
+DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in SETTINGS}
 
 _cache: dict[str, Any] = {}
 
@@ -67,6 +40,27 @@ def get_setting(name: str) -> Any:
     else:  # a script or a Celery app without Django (see django_redislock.standalone)
         value = lookup(name, DEFAULTS[name])
     _cache[name] = value
+    return value
+
+
+_clean: dict[str, tuple[Any, Any]] = {}
+
+
+def setting(name: str) -> Any:
+    """The ``REDISLOCK_*`` setting *name* as the code uses it: :func:`get_setting`'s
+    value checked (and converted) by the setting's entry in
+    :data:`~django_redislock.settings_spec.SETTINGS`.
+
+    Raises TypeError/ValueError naming the setting when its value is invalid
+    (the system check ``django_redislock.E002`` reports the same problem). Each
+    raw value is validated once, then the result is reused while it stays the same.
+    """
+    raw = get_setting(name)
+    cached = _clean.get(name)
+    if cached is not None and cached[0] is raw:
+        return cached[1]
+    value = SPECS[name].clean(raw, name)
+    _clean[name] = (raw, value)
     return value
 
 

@@ -26,8 +26,9 @@ from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisClusterException
 
-from .conf import get_setting
+from .conf import setting
 from .exceptions import LockBackendError
+from .settings_spec import REDIS_URL_SCHEMES, validate_redis_targets
 
 DJANGO_REDIS_BACKEND = "django.core.cache.backends.redis.RedisCache"
 
@@ -84,7 +85,7 @@ def client_for_url(url: str) -> Client:
     """Return a (process-wide, cached) client for a Redis URL: a ``RedisCluster``
     when the URL names a cluster node (``REDISLOCK_CLUSTER``, by default asked of
     the server once)."""
-    cluster = get_setting("REDISLOCK_CLUSTER")
+    cluster = setting("REDISLOCK_CLUSTER")
     client = _url_clients.get((url, cluster))
     if client is None:
         if cluster is None:
@@ -96,7 +97,7 @@ def client_for_url(url: str) -> Client:
         except (redis.RedisError, RedisClusterException) as exc:  # a cluster connects at once
             message = f"could not connect to the Redis Cluster at {url}: {exc}"
             raise LockBackendError(message) from exc
-        client = _url_clients.setdefault((url, get_setting("REDISLOCK_CLUSTER")), made)
+        client = _url_clients.setdefault((url, setting("REDISLOCK_CLUSTER")), made)
     return client
 
 
@@ -133,7 +134,7 @@ def is_cluster_client(client: Any) -> bool:
 def resolve_client(cache_alias: str | None = None, url: str | None = None) -> Client:
     """The client for an explicit alias/URL, else for ``REDISLOCK_URL`` / ``REDISLOCK_CACHE``."""
     if url is None and cache_alias is None:
-        url = get_setting("REDISLOCK_URL")
+        url = setting("REDISLOCK_URL")
     if url:
         return client_for_url(url)
     from django.conf import settings
@@ -145,7 +146,7 @@ def resolve_client(cache_alias: str | None = None, url: str | None = None) -> Cl
             "configure(REDISLOCK_URL='redis://...'), or REDISLOCK_URL in your Celery app's conf), "
             "or pass LockManager(client=redis.Redis(...))"
         )
-    return client_for_cache(cache_alias or get_setting("REDISLOCK_CACHE"))
+    return client_for_cache(cache_alias or setting("REDISLOCK_CACHE"))
 
 
 # Connection settings carried over between a sync client and its asyncio twin
@@ -191,18 +192,13 @@ def _twin_connection_class(pool: Any, flavour: Any, kwargs: dict[str, Any]) -> A
 def redlock_clients(entries: Any) -> list[redis.Redis]:
     """The blocking clients of the Redlock masters named by *entries* (cache aliases or
     ``redis://`` / ``rediss://`` / ``unix://`` URLs); ImproperlyConfigured when unusable."""
-    if isinstance(entries, str) or not isinstance(entries, (list, tuple)):
-        raise ImproperlyConfigured(
-            "REDISLOCK_REDLOCK_CACHES must be a list of cache aliases or Redis URLs, not "
-            f"{type(entries).__name__}"
-        )
+    try:
+        entries = validate_redis_targets(entries, "REDISLOCK_REDLOCK_CACHES")
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(str(exc)) from None
     clients = []
     for entry in entries:
-        if not isinstance(entry, str) or not entry:
-            raise ImproperlyConfigured(
-                f"REDISLOCK_REDLOCK_CACHES entries are cache aliases or Redis URLs; got {entry!r}"
-            )
-        if entry.startswith(("redis://", "rediss://", "unix://")):
+        if entry.startswith(REDIS_URL_SCHEMES):
             client: Any = redis.Redis.from_url(entry)
         else:
             client = client_for_cache(entry)

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
-from .conf import get_setting
+from .conf import get_setting, setting
 from .connection import (
     async_twin,
     is_async_client,
@@ -35,7 +35,7 @@ from .engine.backends.cluster import AsyncClusterBackend, ClusterBackend
 from .engine.backends.redlock import RedlockBackend
 from .engine.backends.single import AsyncSingleBackend, SingleBackend
 from .engine.keys import KeySpace
-from .engine.validate import to_millis, validate_seconds
+from .engine.validate import to_millis
 
 #: The blocking backends a source makes: one Redis (plain or Sentinel), a cluster,
 #: or a Redlock over several masters.
@@ -94,15 +94,13 @@ class BackendSource:
             self._async = weakref.WeakKeyDictionary()
 
     def _keyspace_and_retention(self) -> tuple[KeySpace, int]:
-        retention = validate_seconds(
-            get_setting("REDISLOCK_FENCE_RETENTION"), "REDISLOCK_FENCE_RETENTION"
-        )
-        keyspace = KeySpace(self.key_prefix or get_setting("REDISLOCK_KEY_PREFIX"))
+        retention = setting("REDISLOCK_FENCE_RETENTION")
+        keyspace = KeySpace(self.key_prefix or setting("REDISLOCK_KEY_PREFIX"))
         return keyspace, to_millis(retention, "REDISLOCK_FENCE_RETENTION")
 
     def _backend_options(self) -> dict[str, Any]:
         """Keyword options every backend takes, from the settings."""
-        wait = validate_seconds(get_setting("REDISLOCK_WAIT_TIMEOUT"), "REDISLOCK_WAIT_TIMEOUT")
+        wait = setting("REDISLOCK_WAIT_TIMEOUT")
         return {"wait_timeout_ms": to_millis(wait, "REDISLOCK_WAIT_TIMEOUT")}
 
     def backend(self) -> BlockingBackend:
@@ -117,7 +115,7 @@ class BackendSource:
                         redlock_clients(masters),
                         *self._keyspace_and_retention(),
                         **self._backend_options(),
-                        monotonic_fencing=bool(get_setting("REDISLOCK_REDLOCK_MONOTONIC_FENCING")),
+                        monotonic_fencing=setting("REDISLOCK_REDLOCK_MONOTONIC_FENCING"),
                     )
                 if backend is None:
                     if self._client is not None:

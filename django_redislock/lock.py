@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import signals
-from .conf import get_setting
+from .conf import setting
 from .engine import flows
 from .engine.calls import Attempt, Call, NotReplicated
 from .engine.driver import call_async, call_sync, run_async, run_sync
@@ -179,7 +179,7 @@ class Lock:
         self.timeout = None if timeout is None else validate_wait(timeout, "timeout")
         self.blocking = bool(blocking)
         if auto_renew is None:
-            auto_renew = bool(get_setting("REDISLOCK_AUTO_RENEW"))
+            auto_renew = setting("REDISLOCK_AUTO_RENEW")
         self.auto_renew = bool(auto_renew) and self.ttl_ms > 0
         self._owner = None if owner is None else validate_owner(owner)
         if purpose is not None and not isinstance(purpose, str):
@@ -188,12 +188,10 @@ class Lock:
         self.extra = None if extra is None else json_dict(extra, "extra")
         self.meta = None if meta is None else json_dict(meta, "meta")
         if raise_on_lost is None:
-            raise_on_lost = bool(get_setting("REDISLOCK_RAISE_ON_LOST"))
+            raise_on_lost = setting("REDISLOCK_RAISE_ON_LOST")
         self.raise_on_lost = raise_on_lost
         if wait_replicas is None:
-            self.wait_replicas = validate_replicas(
-                get_setting("REDISLOCK_WAIT_REPLICAS"), "REDISLOCK_WAIT_REPLICAS"
-            )
+            self.wait_replicas = setting("REDISLOCK_WAIT_REPLICAS")
         else:
             self.wait_replicas = validate_replicas(wait_replicas, "wait_replicas")
         self._holds = HoldTable()
@@ -845,11 +843,11 @@ _COUNTS = [str(i).encode() for i in range(8)]
 
 def _default_lease() -> tuple[int, bytes]:
     """``REDISLOCK_DEFAULT_TTL`` in ms, and as the scripts' argument (validated once per value)."""
-    value = get_setting("REDISLOCK_DEFAULT_TTL")
+    value = setting("REDISLOCK_DEFAULT_TTL")
     try:
         return _lease_cache[value]
-    except (KeyError, TypeError):
-        ms = to_millis(validate_seconds(value, "REDISLOCK_DEFAULT_TTL"), "REDISLOCK_DEFAULT_TTL")
+    except KeyError:
+        ms = to_millis(value, "REDISLOCK_DEFAULT_TTL")
         if len(_lease_cache) < 64:
             _lease_cache[value] = (ms, str(ms).encode())
         return ms, str(ms).encode()

@@ -184,7 +184,7 @@ def test_checks_refuse_one_server_twice_and_warn_about_the_count(
             masters[2].resume()
         assert [m.id for m in messages] == ["django_redislock.W006"]
     with override_settings(REDISLOCK_REDLOCK_CACHES="redis://127.0.0.1:1/0"):
-        assert [m.id for m in check_settings()] == ["django_redislock.E001"]
+        assert [m.id for m in check_settings()] == ["django_redislock.E002"]  # a str, not a list
 
 
 @pytest.mark.slow
