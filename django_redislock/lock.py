@@ -233,7 +233,7 @@ class Lock:
         loop = _get_running_loop()
         task = None if loop is None else asyncio.current_task(loop)
         ident = (os.getpid(), threading.current_thread().name, task.get_name() if task else "")
-        plain = self.purpose is None and not self.extra and not self.meta
+        plain = self.purpose is None and not self.extra and not self.meta and self.auto_renew
         if plain:
             text = _plain_meta.get(ident)
             if text is not None:
@@ -250,6 +250,8 @@ class Lock:
         if self.meta:
             for field, value in self.meta.items():
                 meta.setdefault(field, value)
+        if not self.auto_renew:
+            meta["renews"] = False  # so its lease running down does not look like a dead holder
         text = json.dumps(meta, separators=(",", ":")).encode()
         if plain:
             if len(_plain_meta) >= 1024:

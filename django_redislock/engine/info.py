@@ -61,6 +61,36 @@ class HolderInfo:
     extra: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def renewing(self) -> bool:
+        """Whether the holder keeps its lease renewed. False for a lease meant to run
+        out by itself (``auto_renew=False``, such as a queued task's enqueue-time hold)."""
+        return self.meta.get("renews") is not False
+
+    @property
+    def renewed_ago(self) -> float | None:
+        """Seconds since the lease was last set to its full length (granted, renewed
+        or extended), by Redis's clock: ``lease - ttl``. None without a lease."""
+        if self.lease is None or self.ttl is None or math.isinf(self.ttl):
+            return None
+        return max(0.0, self.lease - self.ttl)
+
+    @property
+    def overdue(self) -> bool:
+        """Whether a renewing holder has missed its renewals (the watchdog renews every
+        third of the lease): it is stuck or dead, or its process cannot reach Redis."""
+        ago = self.renewed_ago
+        return (
+            self.renewing
+            and ago is not None
+            and self.lease is not None
+            and ago > max(self.lease / 2, self.lease / 3 + OVERDUE_SLACK)
+        )
+
+
+#: Seconds of delay a renewal may have before its holder counts as overdue.
+OVERDUE_SLACK = 1.0
+
 
 #: The fields a LockInfo shares with its holders (every HolderInfo field but ``mode``).
 _HOLDER_FIELDS = tuple(f.name for f in fields(HolderInfo) if f.name != "mode")
@@ -132,6 +162,24 @@ class LockInfo:
             if (not owner or h.owner == owner)
             and (fencing_token is None or h.fencing_token == fencing_token)
         )
+
+    @property
+    def renewed_ago(self) -> float | None:
+        """Seconds since the stalest holder's lease was last renewed (see
+        :attr:`HolderInfo.renewed_ago`); None when no holder has a lease."""
+        agos = [h.renewed_ago for h in self.holders if h.renewed_ago is not None]
+        return max(agos) if agos else None
+
+    @property
+    def renewing(self) -> bool:
+        """Whether every holder keeps its lease renewed (see :attr:`HolderInfo.renewing`)."""
+        holders = self.holders
+        return bool(holders) and all(h.renewing for h in holders)
+
+    @property
+    def overdue(self) -> bool:
+        """Whether a holder has missed its renewals (see :attr:`HolderInfo.overdue`)."""
+        return any(h.overdue for h in self.holders)
 
     @property
     def readers(self) -> tuple[HolderInfo, ...]:
