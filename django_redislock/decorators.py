@@ -5,7 +5,8 @@ One decorator, three behaviours chosen per call:
 * a **Celery task** (the decorator stacked under ``@app.task``/``@shared_task``):
   the lock's owner is the task id; see :mod:`django_redislock.celery`;
 * a **Django view** (the first argument is an ``HttpRequest``): when the lock is
-  held, answer ``409 Conflict`` with ``Retry-After``;
+  held, answer ``409 Conflict`` with ``Retry-After``; when Redis cannot be
+  reached, answer ``503`` or run the view unguarded (``on_redis_error``);
 * any other **function**, sync or ``async def``: when the lock is held, raise
   :class:`~django_redislock.LockNotAcquired` (or what ``on_locked`` says).
 
@@ -27,10 +28,13 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 
 from ._keys_template import ARGS, KeySpec
+from .conf import setting
 from .engine.guarding import guarding
 from .engine.info import LockInfo
+from .exceptions import LockBackendError
 from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after, task_hooks
 from .semaphore import validate_limit
+from .settings_spec import validate_view_redis_error
 
 if TYPE_CHECKING:
     from .lock import Lock
@@ -51,6 +55,7 @@ def single_instance(
     lock_on_retry: str = "keep",
     manager: LockManager | None = None,
     limit: int | None = None,
+    on_redis_error: Any = DEFAULT,
 ) -> Callable[[F], F]:
     """Let only one call of the decorated function run at a time, per lock key
     (or at most *limit* calls).
@@ -83,6 +88,13 @@ def single_instance(
         semaphore, see ``locks.semaphore``) instead of one; ``on_locked`` and
         ``timeout`` apply when all *limit* places are taken. Every user of a
         key must pass the same limit.
+    :param on_redis_error: views only: what a request does when Redis cannot be
+        reached (``LockBackendError``): ``"closed"`` answers ``503 Service
+        Unavailable`` with ``Retry-After``, ``"open"`` runs the view without the
+        lock (logged at WARNING), a callable ``(request, error)`` returns the
+        response (may be async). Default: ``REDISLOCK_VIEW_ON_REDIS_ERROR``
+        (``"closed"``). Plain functions and Celery tasks raise
+        ``LockBackendError`` whatever this says.
 
     Raises ValueError at decoration time when a template names an argument the
     function does not have, and TypeError when stacked above a Celery task
@@ -92,6 +104,8 @@ def single_instance(
         raise ValueError(f"lock_on_retry must be 'keep' or 'release', not {lock_on_retry!r}")
     if limit is not None:
         validate_limit(limit)
+    if not (on_redis_error is DEFAULT or callable(on_redis_error)):
+        validate_view_redis_error(on_redis_error, "on_redis_error")
 
     def decorate(func: F) -> F:
         _check_decoratable(func)
@@ -104,6 +118,7 @@ def single_instance(
             lock_on_retry=lock_on_retry,
             manager=manager,
             limit=limit,
+            on_redis_error=on_redis_error,
         )
         if inspect.iscoroutinefunction(func):
             wrapper = _async_wrapper(func, config)
@@ -153,18 +168,29 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
         if owner is None and request is not None:
             owner = secrets.token_hex(16)
         lock = _call_lock(config, name, owner, request)
-        if not config.acquire(lock, wait=config.on_locked == "wait"):
-            info = config.lock_manager().get(name)
+        try:
+            acquired = config.acquire(lock, wait=config.on_locked == "wait")
+            info = None if acquired else config.lock_manager().get(name)
+        except LockBackendError as error:
+            if request is None:
+                raise
+            answer = _view_redis_error(config, name, request, error)
+            return func(*args, **kwargs) if answer is _RUN_UNGUARDED else answer
+        if not acquired:
             if request is not None:
                 return _view_locked(config, name, info, request)
             return _function_locked(config, name, info, args, kwargs)
-        return _run_held(lock, func, args, kwargs)
+        return _run_held(lock, func, args, kwargs, request)
 
     return wrapper
 
 
 def _run_held(
-    lock: Lock, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    lock: Lock,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    request: HttpRequest | None,
 ) -> Any:
     # Same exit semantics as ``with lock:`` (LockLost when the lease was lost). Code
     # the call runs is the guard's owner for its name: it re-enters, never waits on it.
@@ -172,10 +198,42 @@ def _run_held(
         with guarding(lock.name, lock.owner):
             result = func(*args, **kwargs)
     except BaseException:
-        lock.__exit__(*sys.exc_info())
+        _release(lock, sys.exc_info(), request)
         raise
-    lock.__exit__(None, None, None)
+    _release(lock, (None, None, None), request)
     return result
+
+
+def _release(lock: Lock, exc_info: Any, request: HttpRequest | None) -> None:
+    """Leave the call's lock as ``with lock:`` does; for a view whose release Redis could
+    not confirm, log it and keep the view's outcome (the lease runs out unrenewed)."""
+    try:
+        lock.__exit__(*exc_info)
+    except LockBackendError as error:
+        if request is None:
+            raise
+        _log_release_failure(lock, request, error)
+
+
+async def _arelease(lock: Lock, exc_info: Any, request: HttpRequest | None) -> None:
+    """:func:`_release` for asyncio."""
+    try:
+        await lock.__aexit__(*exc_info)
+    except LockBackendError as error:
+        if request is None:
+            raise
+        _log_release_failure(lock, request, error)
+
+
+def _log_release_failure(lock: Lock, request: HttpRequest, error: LockBackendError) -> None:
+    logger.warning(
+        "redislock: request %s %s ran, but releasing lock %r failed (%s); it frees when "
+        "its lease runs out",
+        request.method,
+        request.path,
+        lock.name,
+        error,
+    )
 
 
 def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..., Any]:
@@ -189,8 +247,17 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
         # One owner per call: an async call is not re-entrant through its guard.
         owner = _call_owner(config, args, kwargs) or secrets.token_hex(16)
         lock = _call_lock(config, name, owner, request)
-        if not await config.aacquire(lock, wait=config.on_locked == "wait"):
-            info = await config.lock_manager().aget(name)
+        try:
+            acquired = await config.aacquire(lock, wait=config.on_locked == "wait")
+            info = None if acquired else await config.lock_manager().aget(name)
+        except LockBackendError as error:
+            if request is None:
+                raise
+            answer = _view_redis_error(config, name, request, error)
+            if answer is _RUN_UNGUARDED:
+                return await func(*args, **kwargs)
+            return (await answer) if inspect.isawaitable(answer) else answer
+        if not acquired:
             if request is not None:
                 response = _view_locked(config, name, info, request)
             else:
@@ -202,9 +269,9 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
             with guarding(lock.name, lock.owner):
                 result = await func(*args, **kwargs)
         except BaseException:
-            await lock.__aexit__(*sys.exc_info())
+            await _arelease(lock, sys.exc_info(), request)
             raise
-        await lock.__aexit__(None, None, None)
+        await _arelease(lock, (None, None, None), request)
         return result
 
     return wrapper
@@ -277,4 +344,51 @@ def _view_locked(
         content_type="text/plain; charset=utf-8",
     )
     response["Retry-After"] = str(seconds)
+    return response
+
+
+#: ``Retry-After`` (seconds) of the 503 a view answers when Redis cannot be reached.
+REDIS_DOWN_RETRY_AFTER = 5
+
+#: :func:`_view_redis_error`'s answer for "run the view without its lock".
+_RUN_UNGUARDED: Any = object()
+
+
+def _view_redis_error(
+    config: GuardConfig, name: str, request: HttpRequest, error: LockBackendError
+) -> Any:
+    """What a view request does when Redis could not be reached for its lock: a
+    response (503, or the ``on_redis_error`` callable's, which may be awaitable),
+    or :data:`_RUN_UNGUARDED`. Logged at WARNING with the lock's name and the error."""
+    mode = config.on_redis_error
+    if mode is DEFAULT:
+        mode = setting("REDISLOCK_VIEW_ON_REDIS_ERROR")
+    if mode == "open":
+        logger.warning(
+            "redislock: Redis unreachable for lock %r, so request %s %s runs WITHOUT its "
+            "lock (on_redis_error='open'): %s",
+            name,
+            request.method,
+            request.path,
+            error,
+        )
+        return _RUN_UNGUARDED
+    logger.warning(
+        "redislock: Redis unreachable for lock %r, so request %s %s is refused "
+        "(on_redis_error=%s): %s",
+        name,
+        request.method,
+        request.path,
+        "'closed'" if mode == "closed" else "a callable",
+        error,
+    )
+    if callable(mode):
+        return mode(request, error)
+    response = HttpResponse(
+        "This action cannot be started right now: the service that makes sure it runs "
+        f"only once is unavailable. Try again in {REDIS_DOWN_RETRY_AFTER} s.\n",
+        status=503,
+        content_type="text/plain; charset=utf-8",
+    )
+    response["Retry-After"] = str(REDIS_DOWN_RETRY_AFTER)
     return response

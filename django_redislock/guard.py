@@ -74,6 +74,10 @@ class GuardConfig:
     #: At most this many concurrent holders per rendered name (a semaphore);
     #: None: one (a mutex).
     limit: int | None = None
+    #: Views only: what a request does when Redis cannot be reached: ``"closed"``
+    #: (503), ``"open"`` (run unguarded), a callable ``(request, error)``, or
+    #: :data:`DEFAULT` (``REDISLOCK_VIEW_ON_REDIS_ERROR``).
+    on_redis_error: Any = DEFAULT
 
     def lock_manager(self) -> LockManager:
         """The manager to make locks with (default: ``django_redislock.locks``)."""
