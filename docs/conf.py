@@ -108,12 +108,16 @@ def _site_link(match: re.Match[str], base: str) -> str:
     return f"{text} (`{resolved.removeprefix('../')}`)"
 
 
+#: Navigation titles where the page's own heading does not fit the menu.
+TITLES = {"overview": "Overview"}
+
+
 def _toctrees() -> str:
     blocks = []
     for caption, pages in NAV:
         present = [p for p in pages if (HERE / f"{p}.md").exists()]
         if present:
-            lines = "\n".join(present)
+            lines = "\n".join(f"{TITLES[p]} <{p}>" if p in TITLES else p for p in present)
             blocks.append(f"\n```{{toctree}}\n:hidden:\n:caption: {caption}\n\n{lines}\n```\n")
     return "".join(blocks)
 
@@ -128,8 +132,27 @@ def _read_source(app: Any, docname: str, source: list[str]) -> None:
         source[0] += _toctrees()
 
 
+def _resolve_short_name(app: Any, env: Any, node: Any, contnode: Any) -> Any:
+    """Resolve ``:class:`HolderInfo``` and the like by the name's last parts.
+
+    Docstrings name classes of their own module briefly, but the API reference
+    documents public classes under ``django_redislock.<Name>``, so the module a
+    docstring is read in is not always the one its short names live in. Retried
+    as a "specific" reference (the target may be any documented name ending in
+    it); a name documented nowhere still fails the build.
+    """
+    if node.get("refdomain") != "py" or node.get("refspecific"):
+        return None
+    node["refspecific"] = True
+    domain = env.get_domain("py")
+    return domain.resolve_xref(
+        env, node["refdoc"], app.builder, node["reftype"], node["reftarget"], node, contnode
+    )
+
+
 def setup(app: Any) -> None:
     app.connect("source-read", _read_source)
+    app.connect("missing-reference", _resolve_short_name)
 
 
 # --- Markdown (MyST) ---------------------------------------------------------

@@ -1,0 +1,442 @@
+"""Charts for docs/benchmarks.md from the JSON results in benchmarks/results/.
+
+Usage (from the repository root; matplotlib is in the ``docs`` extra)::
+
+    .venv/bin/python benchmarks/plot.py              # every chart
+    .venv/bin/python benchmarks/plot.py --out DIR    # somewhere else
+    scripts/docs plots                               # the same, installing the extra first
+
+Each chart is an SVG in docs/images/benchmarks/ built from ONE result file, named
+in the chart's footer with the machine and commit it ran on: figures from
+different runs of this shared 2-core VM are not comparable, so no chart mixes
+runs. The output is deterministic (no dates, fixed SVG ids): re-running on the
+same JSON changes no file.
+
+To chart a newer run, point the constant of its chart at the new file below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display needed
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+OUT = ROOT / "docs" / "images" / "benchmarks"
+
+#: The run each chart shows (see docs/benchmarks.md for each run's method).
+LOCKS_FINAL = "locks-2026-11-22-final.json"  # uncontended, wake, contended (fair only)
+LOCKS_FAIRNESS = "locks-2026-11-23-issue9.json"  # contended with fair=False
+PRIMITIVES = "primitives-2026-11-23-issue9.json"  # semaphore, read-write lock
+CELERY = "celery-2026-11-23-issue12.json"  # per-task overhead with floor and lock_only
+
+OURS_COLOR = "#c0392b"
+PEER_COLOR = "#7f8c8d"
+FLOOR_COLOR = "#2c3e50"
+#: One colour per library in every line chart; others take the spare ones.
+LIB_COLORS = {
+    "ours": "#c0392b",
+    "ours_unfair": "#e67e22",
+    "prl": "#2980b9",
+    "redispy": "#27ae60",
+    "redispy_1ms": "#8e44ad",
+    "pottery": "#7f8c8d",
+}
+SPARE_COLORS = ["#16a085", "#d35400", "#2c3e50", "#f1c40f"]
+
+
+class ResultError(Exception):
+    """A result file lacks what a chart needs (renamed key, other benchmark)."""
+
+
+def load(name: str) -> dict[str, Any]:
+    """The parsed result file *name* of benchmarks/results/."""
+    path = RESULTS / name
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultError(f"{path} does not exist; update the constant in plot.py") from None
+    return data
+
+
+def section(data: dict[str, Any], name: str, *keys: str) -> Any:
+    """``data[keys[0]][keys[1]]...``, or a ResultError naming the file and the path."""
+    value: Any = data
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            raise ResultError(f"{name}: no {'.'.join(keys)} (stopped at {key!r})")
+        value = value[key]
+    return value
+
+
+def is_ours(lib: str, label: str) -> bool:
+    """Whether a result row is django-redislock's (the benchmarks call it "ours")."""
+    return lib.startswith("ours") or label.startswith("ours")
+
+
+def display(label: str) -> str:
+    """A row label as readers know the library ("ours" is django-redislock)."""
+    if label.startswith("ours"):
+        return "django-redislock" + label[len("ours") :]
+    return label
+
+
+def footer(fig: Figure, name: str, data: dict[str, Any], note: str = "") -> None:
+    """Name the source file and the machine under the chart."""
+    machine = data.get("machine", {})
+    facts = [f"benchmarks/results/{name}"]
+    if machine.get("git_commit"):
+        facts.append(f"commit {machine['git_commit']}")
+    if machine.get("python"):
+        facts.append(f"Python {machine['python']}")
+    if machine.get("redis_server"):
+        facts.append(f"redis-server {machine['redis_server']}")
+    if machine.get("cpus"):
+        facts.append(f"{machine['cpus']} vCPUs (shared VM: compare within a chart only)")
+    text = "Source: " + ", ".join(facts[:1]) + "\n" + ", ".join(facts[1:])
+    if note:
+        text = note + "\n" + text
+    # Below the figure: savefig(bbox_inches="tight") grows the image to include it.
+    fig.text(0.01, 0.0, text, fontsize=7.5, color="#555555", ha="left", va="top")
+
+
+def bar_colors(rows: Sequence[tuple[str, str]]) -> list[str]:
+    """Red for our rows, dark for the floor, grey for the peers."""
+    colors = []
+    for lib, label in rows:
+        if is_ours(lib, label):
+            colors.append(OURS_COLOR)
+        elif lib == "floor" or lib == "plain":
+            colors.append(FLOOR_COLOR)
+        else:
+            colors.append(PEER_COLOR)
+    return colors
+
+
+def label_bar(ax: Axes, x: float, y: float, text: str) -> None:
+    """Write *text* just past the end of a horizontal bar (left of it when negative)."""
+    ax.annotate(
+        text,
+        (x, y),
+        xytext=(3 if x >= 0 else -3, 0),
+        textcoords="offset points",
+        ha="left" if x >= 0 else "right",
+        va="center",
+        fontsize=7.5,
+    )
+
+
+def style_rows(ax: Axes, ys: Sequence[float], labels: Sequence[str]) -> None:
+    """One labelled row per y, first row on top, light vertical grid."""
+    ax.set_yticks(ys, labels, fontsize=8.5)
+    ax.invert_yaxis()
+    ax.grid(axis="x", color="#dddddd", zorder=0)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
+def hbars(
+    ax: Axes,
+    labels: Sequence[str],
+    values: Sequence[float],
+    colors: Sequence[str],
+    fmt: str,
+    marks: Sequence[float] | None = None,
+    mark_label: str = "",
+) -> None:
+    """Horizontal bars, each with its value; optional tick marks (a p90 or p99)."""
+    ys = list(range(len(labels)))
+    ax.barh(ys, values, color=colors, height=0.62, zorder=2)
+    for i, (y, value) in enumerate(zip(ys, values, strict=True)):
+        if marks is None:
+            label_bar(ax, value, y, fmt.format(value))
+        else:
+            text = f"{fmt.format(value)} ({mark_label} {fmt.format(marks[i])})"
+            label_bar(ax, max(value, marks[i]), y, text)
+    if marks is not None:
+        ax.scatter(marks, ys, marker="|", s=160, color="black", zorder=3, label=mark_label)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    style_rows(ax, ys, labels)
+
+
+def paired_hbars(
+    ax: Axes,
+    labels: Sequence[str],
+    series: Sequence[tuple[Sequence[float], str, str]],
+    fmt: Callable[[float], str],
+) -> None:
+    """Two bars per row: *series* is two (values, legend, colour)."""
+    ys = list(range(len(labels)))
+    height = 0.38
+    for (values, legend, color), shift in zip(series, (-height / 2, height / 2), strict=True):
+        ax.barh([y + shift for y in ys], values, height=height, color=color, label=legend, zorder=2)
+        for y, value in zip(ys, values, strict=True):
+            label_bar(ax, value, y + shift, fmt(value))
+    style_rows(ax, ys, labels)
+    ax.legend(fontsize=8, frameon=False, loc="lower right")
+
+
+#: Latency charts of bench_locks.py results: section -> (unit, title, x label, note,
+#: log scale). Title and note are formatted with the section (``{rounds}``, ...).
+LATENCIES = {
+    "uncontended": (
+        "us",
+        "Uncontended acquire + release per library",
+        "create + acquire + release, one process: p50 latency (µs, lower is better)",
+        "{rounds} interleaved rounds of every library; bar = p50.",
+        False,
+    ),
+    "wake": (
+        "ms",
+        "Wake latency after a hold of {hold_s:g} s",
+        "release call → waiter's acquire returns: p50 (ms, log scale, lower is better)",
+        "{trials} trials per library; the waiter is another process.",
+        True,
+    ),
+}
+
+
+def latency(key: str, name: str = LOCKS_FINAL) -> Figure:
+    """Bars of the p50 (ticks at the p90) of every row of ``data[key]["rows"]``."""
+    unit, title, xlabel, note, log = LATENCIES[key]
+    data = load(name)
+    rows = section(data, name, key, "rows")
+    libs = list(rows)
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.38 * len(libs)))
+    hbars(
+        ax,
+        [display(rows[lib]["label"]) for lib in libs],
+        [rows[lib][f"p50_{unit}"] for lib in libs],
+        bar_colors([(lib, rows[lib]["label"]) for lib in libs]),
+        "{:.0f}" if unit == "us" else "{:.2f}",
+        marks=[rows[lib][f"p90_{unit}"] for lib in libs],
+        mark_label="p90",
+    )
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_title(title.format(**data[key]), fontsize=11, loc="left")
+    footer(fig, name, data, note.format(**data[key]))
+    fig.tight_layout()
+    return fig
+
+
+def contended(name: str) -> Figure:
+    """Critical sections per second and fairness (fewest/most) against N processes."""
+    data = load(name)
+    rows = section(data, name, "contended", "rows")
+    libs: dict[str, str] = {}
+    for row in rows.values():
+        libs.setdefault(row["lib"], row["label"])
+    ns = sorted({row["n"] for row in rows.values()})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.4))
+    for i, (lib, label) in enumerate(libs.items()):
+        mine = [rows[f"{lib}@{n}"] for n in ns if f"{lib}@{n}" in rows]
+        xs = [row["n"] for row in mine]
+        style: dict[str, Any] = {
+            "color": LIB_COLORS.get(lib, SPARE_COLORS[i % len(SPARE_COLORS)]),
+            "marker": "o",
+            "linewidth": 2.6 if is_ours(lib, label) else 1.4,
+            "label": display(label),
+        }
+        left.plot(xs, [row["cs_per_s"] for row in mine], **style)
+        right.plot(xs, [row["fewest_most_ratio"] for row in mine], **style)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
+        ax.set_xlabel("N processes contending for one name")
+        ax.grid(color="#dddddd")
+        ax.spines[["top", "right"]].set_visible(False)
+    left.set_ylabel("critical sections per second (higher is better)")
+    left.set_ylim(bottom=0)
+    left.set_title("Throughput", fontsize=11, loc="left")
+    right.set_ylabel("fewest / most sections of one process (1 = fair)")
+    right.set_ylim(0, 1.05)
+    right.set_title("Fairness", fontsize=11, loc="left")
+    right.legend(fontsize=7.5, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    duration = section(data, name, "contended", "duration_s")
+    reps = section(data, name, "contended", "reps")
+    footer(
+        fig,
+        name,
+        data,
+        f"Critical section: GET, sleep 1 ms, SET; {duration:g} s per library per N, "
+        f"median of {reps} interleaved reps.",
+    )
+    fig.suptitle("Contended mutex: one name, N processes", fontsize=12, x=0.01, ha="left")
+    fig.tight_layout()
+    return fig
+
+
+CELERY_VARIANTS = {
+    "floor": "floor: bare SET NX + DEL in the body",
+    "lock_only": "with locks.lock(...) in the body",
+    "decorated": "@single_instance",
+    "based": "SingleInstanceTask",
+    "based_unique": "SingleInstanceTask(unique_on_enqueue=True)",
+    "once_task": "celery-once QueueOnce",
+    "singleton_task": "celery-singleton Singleton",
+}
+
+
+def celery(name: str = CELERY) -> Figure:
+    """Per-task cost each variant adds to a plain task: worker runtime and enqueue, µs."""
+    data = load(name)
+    variants = section(data, name, "variants")
+    keys = [key for key in CELERY_VARIANTS if key in variants]
+    if not keys:
+        raise ResultError(f"{name}: none of the variants {sorted(CELERY_VARIANTS)}")
+    fig, ax = plt.subplots(figsize=(8.5, 4.4))
+    paired_hbars(
+        ax,
+        [CELERY_VARIANTS[key] for key in keys],
+        [
+            ([variants[key]["added_runtime_us"] for key in keys], "+ worker runtime", OURS_COLOR),
+            ([variants[key]["added_enqueue_us"] for key in keys], "+ enqueue", "#2980b9"),
+        ],
+        lambda value: f"{value:.0f}",
+    )
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("median added per task against a plain task (µs, lower is better)")
+    ax.set_title("Celery: what each single-instance variant adds per task", fontsize=11, loc="left")
+    plain = variants.get("plain", {})
+    footer(
+        fig,
+        name,
+        data,
+        f"Real worker (solo pool), {data.get('tasks_per_variant', '?')} trivial tasks per "
+        f"variant; plain task: runtime {plain.get('runtime_us', 0):.0f} µs, "
+        f"enqueue {plain.get('enqueue_us', 0):.0f} µs. The peers release outside the runtime.",
+    )
+    fig.tight_layout()
+    return fig
+
+
+def primitive_rows(name: str, key: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The result file and its ``key`` rows (bench_primitives.py), ours first."""
+    data = load(name)
+    rows = list(section(data, name, key).values())
+    rows.sort(key=lambda row: not is_ours(row["lib"], row["label"]))
+    return data, rows
+
+
+def finish_primitive(
+    fig: Figure, name: str, data: dict[str, Any], row: dict[str, Any], body: str
+) -> Figure:
+    """Footer (critical section *body*, duration, reps) and layout of a primitives chart."""
+    note = f"{body}; {row['duration_s']:g} s per library, median of {row['reps']} reps."
+    footer(fig, name, data, note)
+    fig.tight_layout()
+    return fig
+
+
+def semaphore(name: str = PRIMITIVES) -> Figure:
+    """Semaphore (limit 3, 8 processes): permits per second and wait percentiles."""
+    data, rows = primitive_rows(name, "semaphore")
+    labels = [display(row["label"]) for row in rows]
+    colors = bar_colors([(row["lib"], row["label"]) for row in rows])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    hbars(left, labels, [row["per_s"] for row in rows], colors, "{:,.0f}")
+    left.set_xlabel("permits granted per second (higher is better)")
+    left.set_title("Throughput", fontsize=11, loc="left")
+    hbars(
+        right,
+        labels,
+        [row["wait_p50_ms"] for row in rows],
+        colors,
+        "{:.2f}",
+        marks=[row["wait_p99_ms"] for row in rows],
+        mark_label="p99",
+    )
+    right.tick_params(labelleft=False)
+    right.set_xscale("log")
+    right.set_xlabel("wait for a permit: p50 (ms, log scale, lower is better)")
+    right.set_title("Waiting", fontsize=11, loc="left")
+    first = rows[0]
+    fig.suptitle(
+        f"Semaphore, limit {first['limit']}, {first['processes']} processes",
+        fontsize=12,
+        x=0.01,
+        ha="left",
+    )
+    return finish_primitive(fig, name, data, first, "Critical section INCR + 1 ms")
+
+
+def rwlock(name: str = PRIMITIVES) -> Figure:
+    """Read-write lock (6 readers, 2 writers): reads and writes per second per library."""
+    data, rows = primitive_rows(name, "rwlock")
+    fig, ax = plt.subplots(figsize=(8.5, 3.4))
+    paired_hbars(
+        ax,
+        [display(row["label"]) for row in rows],
+        [
+            ([row["read_per_s"] for row in rows], "reads/s", "#2980b9"),
+            ([row["write_per_s"] for row in rows], "writes/s", OURS_COLOR),
+        ],
+        lambda value: f"{value:,.1f}" if value < 10 else f"{value:,.0f}",
+    )
+    ax.set_xscale("log")
+    ax.set_xlabel("grants per second (log scale): both sides served = both bars long")
+    first = rows[0]
+    ax.set_title(
+        f"Read-write lock, {first['processes']} processes (6 readers, 2 writers)",
+        fontsize=11,
+        loc="left",
+    )
+    return finish_primitive(
+        fig, name, data, first, "Read = GET + 1 ms + GET, write = GET + 1 ms + SET"
+    )
+
+
+#: Output file name -> chart builder.
+CHARTS: dict[str, Callable[[], Figure]] = {
+    "uncontended.svg": lambda: latency("uncontended"),
+    "contended.svg": lambda: contended(LOCKS_FINAL),
+    "contended-fair-false.svg": lambda: contended(LOCKS_FAIRNESS),
+    "wake.svg": lambda: latency("wake"),
+    "celery-overhead.svg": celery,
+    "semaphore.svg": semaphore,
+    "rwlock.svg": rwlock,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write every chart; return a process exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT, help=f"directory (default {OUT})")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    plt.rcParams.update(
+        {
+            "svg.fonttype": "none",  # text stays text: small files, searchable
+            "svg.hashsalt": "django-redislock",  # stable ids: same JSON, same file
+            # Measured with DejaVu Sans; a viewer without it falls back to a sans-serif.
+            "font.family": "sans-serif",
+            "font.sans-serif": ["DejaVu Sans", "Verdana", "Arial", "Helvetica"],
+        }
+    )
+    for filename, build in CHARTS.items():
+        try:
+            fig = build()
+        except ResultError as exc:
+            print(f"plot.py: {filename}: {exc}")
+            return 1
+        fig.savefig(args.out / filename, metadata={"Date": None}, bbox_inches="tight")
+        plt.close(fig)
+        print(f"wrote {args.out / filename}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
