@@ -36,7 +36,8 @@ import redis
 from django.conf import settings
 
 from django_redislock import Lock, LockManager, LockNotOwned
-from example_project.embedded_redis import answers_ping, free_port, redis_server_binary
+from django_redislock.testing import answers_ping
+from example_project.embedded_redis import free_port, redis_server_binary
 from tests.tcp_proxy import TcpProxy
 
 T = TypeVar("T")
