@@ -35,6 +35,7 @@ from .connection import connection_kwargs, redlock_clients, resolve_client
 from .engine.backends.redlock import RedlockBackend
 from .exceptions import LockBackendError
 from .handler import default_source
+from .key_checks import check_lock_keys  # noqa: F401  (registers E005/W008)
 from .settings_spec import PREFIX, SETTINGS, SPECS, suggest_setting
 
 #: The settings that say which Redis the locks use: while one is invalid, the
