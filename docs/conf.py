@@ -192,3 +192,4 @@ html_theme = "sphinx_rtd_theme"
 html_title = f"django-redislock {release}"
 html_theme_options = {"navigation_depth": 3, "collapse_navigation": False}
 html_show_sourcelink = False
+html_copy_source = False
