@@ -47,6 +47,7 @@ CI_CELLS = {("3.10", "4.2", "oldest", "6.2"), ("3.13", "5.2", "newest", "7")}
 ROOT = Path(__file__).parent
 PYPI_REDIS_DIR = ROOT / ".nox" / "redis-{version}"
 
+# Cheap checks first; nox goes on after a failed session and reports them all.
 nox.options.sessions = ["lint", "typecheck", "dist", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
@@ -116,22 +117,6 @@ def _redis_server(session: nox.Session, version: str) -> str:
     return str(target)
 
 
-@nox.session
-@nox.parametrize("python,django,deps,redis", _cells())
-def tests(session: nox.Session, django: str, deps: str, redis: str) -> None:
-    """Run pytest in one cell of the matrix; extra arguments go to pytest."""
-    pins = [f"Django~={django}.0", *(OLDEST if deps == "oldest" else [])]
-    session.install("-e", ".[test]", *pins)
-    binary = _redis_server(session, redis)
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        *session.posargs,
-        env={"REDISLOCK_TEST_REDIS_SERVER": binary, "REDISLOCK_TEST_REDIS_VERSION": redis},
-    )
-
-
 @nox.session(python="3.13", tags=["ci"])
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole repository."""
@@ -151,3 +136,19 @@ def typecheck(session: nox.Session) -> None:
 def dist(session: nox.Session) -> None:
     """Build the sdist and the wheel and smoke-test each in a clean venv (scripts/check-dist)."""
     session.run("bash", "scripts/check-dist")
+
+
+@nox.session
+@nox.parametrize("python,django,deps,redis", _cells())
+def tests(session: nox.Session, django: str, deps: str, redis: str) -> None:
+    """Run pytest in one cell of the matrix; extra arguments go to pytest."""
+    pins = [f"Django~={django}.0", *(OLDEST if deps == "oldest" else [])]
+    session.install("-e", ".[test]", *pins)
+    binary = _redis_server(session, redis)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        *session.posargs,
+        env={"REDISLOCK_TEST_REDIS_SERVER": binary, "REDISLOCK_TEST_REDIS_VERSION": redis},
+    )
