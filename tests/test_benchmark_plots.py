@@ -1,0 +1,81 @@
+"""benchmarks/plot.py: every chart of docs/benchmarks.md from the committed results.
+
+matplotlib is in the ``docs`` extra (``scripts/docs build`` installs it); without it
+these tests are skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def plot() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_plot", ROOT / "benchmarks" / "plot.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_plot"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: Path) -> None:
+    assert plot.main(["--out", str(tmp_path)]) == 0
+    sources = {
+        "uncontended.svg": (plot.LOCKS_FINAL, "µs"),
+        "contended.svg": (plot.LOCKS_FINAL, "critical sections per second"),
+        "contended-fair-false.svg": (plot.LOCKS_FAIRNESS, "critical sections per second"),
+        "wake.svg": (plot.LOCKS_FINAL, "(ms, log scale"),
+        "celery-overhead.svg": (plot.CELERY, "µs"),
+        "semaphore.svg": (plot.PRIMITIVES, "permits granted per second"),
+        "rwlock.svg": (plot.PRIMITIVES, "grants per second"),
+    }
+    assert set(plot.CHARTS) == set(sources)
+    for filename, (result, unit) in sources.items():
+        svg = (tmp_path / filename).read_text(encoding="utf-8")
+        assert svg.lstrip().startswith("<?xml"), filename
+        assert f"benchmarks/results/{result}" in svg, filename
+        assert unit in svg, filename
+
+
+def test_committed_charts_are_deterministic(plot: ModuleType, tmp_path: Path) -> None:
+    # Same JSON, same bytes: re-running the script leaves no diff behind.
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert plot.main(["--out", str(first)]) == 0
+    assert plot.main(["--out", str(second)]) == 0
+    for filename in plot.CHARTS:
+        assert (first / filename).read_bytes() == (second / filename).read_bytes(), filename
+
+
+def test_a_result_without_the_section_is_named(
+    plot: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / plot.LOCKS_FINAL).write_text(json.dumps({"machine": {}, "wake": {}}))
+    monkeypatch.setattr(plot, "RESULTS", results)
+    assert plot.main(["--out", str(tmp_path / "out")]) == 1
+    message = capsys.readouterr().out
+    assert plot.LOCKS_FINAL in message
+    assert "uncontended.rows" in message
+
+
+def test_a_missing_result_file_is_named(
+    plot: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plot, "RESULTS", tmp_path)
+    with pytest.raises(plot.ResultError, match="does not exist; update the constant"):
+        plot.load("locks-1999-01-01.json")
