@@ -54,8 +54,12 @@ def populate(client: object, n: int) -> None:
                 "ttl": 600_000,
                 "op": "n",
                 "meta": json.dumps(
-                    {"host": f"web-{i % 8}", "pid": 1000 + i % 50, "thread": "MainThread",
-                     "purpose": "benchmark"}
+                    {
+                        "host": f"web-{i % 8}",
+                        "pid": 1000 + i % 50,
+                        "thread": "MainThread",
+                        "purpose": "benchmark",
+                    }
                 ),
             },
         )

@@ -69,7 +69,7 @@ def uncontended(single: LockManager, cluster: LockManager, rounds: int) -> dict[
                 lock.acquire()
                 lock.release()
     for i in range(rounds):
-        for target in (("single", "cluster") if i % 2 else ("cluster", "single")):
+        for target in ("single", "cluster") if i % 2 else ("cluster", "single"):
             lock = locks[target][i % 3]
             started = time.perf_counter()
             lock.acquire()

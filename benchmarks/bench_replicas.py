@@ -49,7 +49,7 @@ def cost(rounds: int) -> dict[str, Any]:
                 locks[w].acquire()
                 locks[w].release()
         for i in range(rounds):
-            for w in ((0, 1) if i % 2 else (1, 0)):
+            for w in (0, 1) if i % 2 else (1, 0):
                 started = time.perf_counter()
                 locks[w].acquire()
                 locks[w].release()

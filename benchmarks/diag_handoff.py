@@ -134,8 +134,13 @@ def run_wake(conns: list[Any], libs: list[str], trials: int) -> None:
             c.send(dict(op="wake", role=role, lib_key=lib, name=f"diag:w:{lib}", trials=trials))
         holder, waiter = (c.recv() for c in conns[:2])
         del start
-        parts: dict[str, list[float]] = {"wake (from release call)": [], "release call rtt": [],
-                                         "rel->msg": [], "msg->awake": [], "awake->acq": []}
+        parts: dict[str, list[float]] = {
+            "wake (from release call)": [],
+            "release call rtt": [],
+            "rel->msg": [],
+            "msg->awake": [],
+            "awake->acq": [],
+        }
         pairs = zip(holder["recs"], waiter["recs"], strict=False)
         for (t_rel, t_ret), (t_acq, msg, _set_done, awake) in pairs:
             parts["wake (from release call)"].append((t_acq - t_rel) / 1e6)
@@ -144,10 +149,15 @@ def run_wake(conns: list[Any], libs: list[str], trials: int) -> None:
                 parts["rel->msg"].append((msg - t_rel) / 1e6)
                 parts["msg->awake"].append((awake - msg) / 1e6)
                 parts["awake->acq"].append((t_acq - awake) / 1e6)
-        print(f"wake {lib:10} " + "  ".join(
-            f"{k} p50 {statistics.median(v):.3f}/p90 {B.pct(v, 90):.3f}"
-            for k, v in parts.items() if v),
-            flush=True)
+        print(
+            f"wake {lib:10} "
+            + "  ".join(
+                f"{k} p50 {statistics.median(v):.3f}/p90 {B.pct(v, 90):.3f}"
+                for k, v in parts.items()
+                if v
+            ),
+            flush=True,
+        )
 
 
 def run(libs: list[str], ns: list[int], duration: float, wake_trials: int = 0) -> None:
@@ -169,15 +179,25 @@ def run(libs: list[str], ns: list[int], duration: float, wake_trials: int = 0) -
         for n in ns:
             for lib in libs:
                 start = B.now_ns() + int(0.5e9)
-                cmd = dict(lib_key=lib, name=f"diag:{lib}:{n}", counter=f"diag:cnt:{lib}:{n}",
-                           start_ns=start, end_ns=start + int(duration * 1e9))
+                cmd = dict(
+                    lib_key=lib,
+                    name=f"diag:{lib}:{n}",
+                    counter=f"diag:cnt:{lib}:{n}",
+                    start_ns=start,
+                    end_ns=start + int(duration * 1e9),
+                )
                 for c in conns[:n]:
                     c.send(dict(cmd))
                 res = [c.recv() for c in conns[:n]]
                 recs = sorted(r for x in res for r in x["recs"])
-                parts: dict[str, list[float]] = {"handoff": [], "rel->msg": [], "msg->awake": [],
-                                                 "awake->acq": [], "set_done->awake": [],
-                                                 "release rtt": []}
+                parts: dict[str, list[float]] = {
+                    "handoff": [],
+                    "rel->msg": [],
+                    "msg->awake": [],
+                    "awake->acq": [],
+                    "set_done->awake": [],
+                    "release rtt": [],
+                }
                 for prev, nxt in zip(recs, recs[1:], strict=False):
                     parts["handoff"].append((nxt[0] - prev[1]) / 1e6)
                     parts["release rtt"].append((prev[2] - prev[1]) / 1e6)
@@ -186,9 +206,15 @@ def run(libs: list[str], ns: list[int], duration: float, wake_trials: int = 0) -
                         parts["msg->awake"].append((nxt[5] - nxt[3]) / 1e6)
                         parts["set_done->awake"].append((nxt[5] - nxt[4]) / 1e6)
                         parts["awake->acq"].append((nxt[0] - nxt[5]) / 1e6)
-                print(f"{lib:14} N={n:<3} {len(recs) / duration:6.0f} CS/s  "
-                      + "  ".join(f"{k} p50 {statistics.median(v):.3f}/p90 {B.pct(v, 90):.3f}"
-                                  for k, v in parts.items() if v), flush=True)
+                print(
+                    f"{lib:14} N={n:<3} {len(recs) / duration:6.0f} CS/s  "
+                    + "  ".join(
+                        f"{k} p50 {statistics.median(v):.3f}/p90 {B.pct(v, 90):.3f}"
+                        for k, v in parts.items()
+                        if v
+                    ),
+                    flush=True,
+                )
     finally:
         for c in conns:
             c.send({"op": "exit"})

@@ -63,10 +63,14 @@ class Cluster:
 
     def __init__(self, primaries: int = 3) -> None:
         args = (
-            "--cluster-enabled", "yes",
-            "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-            "--repl-diskless-sync-delay", "0",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            str(NODE_TIMEOUT_MS),
+            "--repl-diskless-sync-delay",
+            "0",
         )
         self.primaries = [RedisServer(*args) for _ in range(primaries)]
         self.replicas = [RedisServer(*args) for _ in range(primaries)]
@@ -95,7 +99,9 @@ class Cluster:
         options: dict[str, object] = {"socket_timeout": 5, "socket_connect_timeout": 2}
         options.update(kwargs)
         return redis.cluster.RedisCluster(
-            host="127.0.0.1", port=self.primaries[0].port, **options  # type: ignore[arg-type]
+            host="127.0.0.1",
+            port=self.primaries[0].port,
+            **options,  # type: ignore[arg-type]
         )
 
     def _form(self) -> None:

@@ -82,9 +82,7 @@ class SentinelSetup:
 
     def __init__(self, down_after_ms: int = 1000) -> None:
         self.primary = RedisServer(*FAST_SYNC)
-        self.replica = RedisServer(
-            *FAST_SYNC, "--replicaof", "127.0.0.1", str(self.primary.port)
-        )
+        self.replica = RedisServer(*FAST_SYNC, "--replicaof", "127.0.0.1", str(self.primary.port))
         wait_until(
             lambda: link_up(redis.Redis(port=self.replica.port, socket_timeout=2)),
             10,
@@ -115,11 +113,13 @@ class SentinelSetup:
         for port in self.sentinel_ports:
             sentinel = redis.Redis(port=port, socket_timeout=1)
             wait_until(
-                lambda s=sentinel: int(  # type: ignore[misc]
-                    s.sentinel_master(SERVICE).get("num-other-sentinels", 0)
-                )
-                >= 2
-                and int(s.sentinel_master(SERVICE).get("num-slaves", 0)) >= 1,
+                lambda s=sentinel: (
+                    int(  # type: ignore[misc]
+                        s.sentinel_master(SERVICE).get("num-other-sentinels", 0)
+                    )
+                    >= 2
+                    and int(s.sentinel_master(SERVICE).get("num-slaves", 0)) >= 1
+                ),
                 15,
                 "the sentinels to find each other and the replica",
             )

@@ -376,9 +376,7 @@ def test_the_hub_moves_to_another_node_after_a_broken_subscription(manager: Lock
 
 
 @pytest.mark.slow
-def test_three_thousand_locks_page_through_exactly_once(
-    manager: LockManager, prefix: str
-) -> None:
+def test_three_thousand_locks_page_through_exactly_once(manager: LockManager, prefix: str) -> None:
     names = [f"{prefix}{i}" for i in range(3000)]
     held = [manager.lock(name, ttl=120, auto_renew=False) for name in names]
     for lock in held:

@@ -101,9 +101,7 @@ def _migrate_the_lock_hash_only(
     the migration)."""
     slot = _slot_of(manager, name)
     source = cluster.server_for_slot(slot)
-    target = next(
-        s for s in cluster.primaries if s is not source and s.process.poll() is None
-    )
+    target = next(s for s in cluster.primaries if s is not source and s.process.poll() is None)
     keys = manager.backend().keyspace.keys(name)
     src, dst = cluster.node(source), cluster.node(target)
     src_id, dst_id = src.execute_command("CLUSTER MYID"), dst.execute_command("CLUSTER MYID")

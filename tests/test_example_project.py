@@ -57,8 +57,13 @@ def example_server(tmp_path: Path) -> Iterator[str]:
         "EXAMPLE_DATABASE": str(tmp_path / "db.sqlite3"),
     }
     process = subprocess.Popen(
-        [sys.executable, str(EXAMPLE / "manage.py"), "runserver", "--noreload",
-         f"127.0.0.1:{port}"],
+        [
+            sys.executable,
+            str(EXAMPLE / "manage.py"),
+            "runserver",
+            "--noreload",
+            f"127.0.0.1:{port}",
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -117,9 +117,7 @@ def test_a_master_restarted_empty_does_not_lose_a_renewed_lock(
     manager.force_release(lock_name)
 
 
-def test_contenders_with_split_votes_all_progress(
-    manager: LockManager, lock_name: str
-) -> None:
+def test_contenders_with_split_votes_all_progress(manager: LockManager, lock_name: str) -> None:
     barrier = threading.Barrier(10)
     winners: list[str] = []
     done: list[float] = []
