@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from celery import _state as celery_state
 from django.test import Client
 
 from django_redislock.celery import SingleInstanceTask
@@ -94,8 +95,14 @@ def test_the_view_check_never_raises() -> None:
 
 
 @pytest.fixture
-def app() -> Iterator[Celery]:
-    """A Celery app of this test only (not current, no Django fixup, no shared tasks)."""
+def app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Celery]:
+    """A Celery app of this test only (not current, no Django fixup, no shared tasks).
+
+    Every ``@shared_task`` defined in this process joins each app when it is
+    finalized; other test modules define some with invalid options on purpose, so
+    this app finalizes with Celery's list of them emptied (isolation, not a mock).
+    """
+    monkeypatch.setattr(celery_state, "_on_app_finalizers", set())
     celery_app = Celery("keycheck-test", set_as_current=False, fixups=[])
     celery_app.conf.broker_url = "memory://"
     yield celery_app
