@@ -99,13 +99,19 @@ def _site_link(match: re.Match[str], base: str) -> str:
     if bang or "://" in target or target.startswith(("#", "mailto:")):
         return match.group(0)
     path, hash_, anchor = target.partition("#")
-    resolved = os.path.normpath(os.path.join(base, path)) if path else path
+    if not path:
+        return match.group(0)
+    # Relative to docs/ ("../docs/locks.md" from the README is "locks.md").
+    resolved = os.path.relpath(os.path.normpath(HERE / base / path), HERE)
     if not resolved.startswith(".."):
         return f"[{text}]({resolved}{hash_}{anchor})"
     page = _PAGE_OF.get(resolved)
     if page is not None:
         return f"[{text}]({page}{hash_}{anchor})"
-    return f"{text} (`{resolved.removeprefix('../')}`)"
+    shown = os.path.relpath(HERE / base / path, ROOT) + ("/" if path.endswith("/") else "")
+    if text.strip("`") == shown:
+        return f"`{shown}`"
+    return f"{text} (`{shown}`)"
 
 
 #: Navigation titles where the page's own heading does not fit the menu.
