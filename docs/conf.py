@@ -182,6 +182,8 @@ nitpick_ignore_regex = [
     # Docstrings point maintainers at private modules (engine/, guard, ...): no
     # page documents those, the name is shown as code.
     (r"py:mod", r"django_redislock\..*"),
+    # Private names (a leading underscore), e.g. a private base class.
+    (r"py:.*", r"django_redislock\.(.*\.)?_[A-Za-z].*"),
 ]
 # Private names in public signatures: the backend classes of LockManager.backend,
 # the manager protocol of Lock(manager=...), single_instance's TypeVar.
