@@ -43,7 +43,7 @@ def get_setting(name: str) -> Any:
     return value
 
 
-_clean: dict[str, tuple[Any, Any]] = {}
+_clean: dict[str, Any] = {}
 
 
 def setting(name: str) -> Any:
@@ -52,21 +52,20 @@ def setting(name: str) -> Any:
     :data:`~django_redislock.settings_spec.SETTINGS`.
 
     Raises TypeError/ValueError naming the setting when its value is invalid
-    (the system check ``django_redislock.E002`` reports the same problem). Each
-    raw value is validated once, then the result is reused while it stays the same.
+    (the system check ``django_redislock.E002`` reports the same problem). A valid
+    value is cached like :func:`get_setting`'s, and dropped with it.
     """
-    raw = get_setting(name)
-    cached = _clean.get(name)
-    if cached is not None and cached[0] is raw:
-        return cached[1]
-    value = SPECS[name].clean(raw, name)
-    _clean[name] = (raw, value)
-    return value
+    try:
+        return _clean[name]
+    except KeyError:
+        value = _clean[name] = SPECS[name].clean(get_setting(name), name)
+        return value
 
 
 def clear_cache(**kwargs: Any) -> None:
     """Forget the cached setting values (on ``setting_changed`` and ``configure()``)."""
     _cache.clear()
+    _clean.clear()
 
 
 setting_changed.connect(clear_cache, dispatch_uid="django_redislock.conf")
