@@ -16,7 +16,6 @@ Without Django there is no cache alias to borrow a client from: set
 
 from __future__ import annotations
 
-import difflib
 import sys
 from typing import Any
 
@@ -34,11 +33,12 @@ def configure(**settings: Any) -> None:
     closest known name).
     """
     from .conf import DEFAULTS, clear_cache
+    from .settings_spec import suggest_setting
 
     for name in settings:
         if name not in DEFAULTS:
-            close = difflib.get_close_matches(name, DEFAULTS, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            close = suggest_setting(name)
+            hint = f"; did you mean {close}?" if close else ""
             raise ValueError(f"{name} is not a django-redislock setting{hint}")
     _configured.update(settings)
     clear_cache()

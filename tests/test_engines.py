@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -23,6 +24,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_redislock import LockError, LockManager, LockNotAcquired
+from tests.holding import wait_until
 from tests.replication import SERVICE, SentinelSetup
 
 
@@ -325,3 +327,50 @@ def test_a_barging_mutex_loses_no_update(manager: LockManager, lock_name: str) -
     for t in threads:
         t.join(60)
     assert counter == 90 and manager.get(lock_name) is None
+
+
+def test_waiters_are_listed_in_order(manager: LockManager, lock_name: str) -> None:
+    holder = manager.lock(lock_name, owner="holder", auto_renew=False)
+    assert holder.acquire()
+    leave = threading.Event()
+    threads = []
+
+    def wait(owner: str, timeout: float | None) -> None:
+        lock = manager.lock(lock_name, owner=owner, purpose=f"for {owner}", auto_renew=False)
+        if lock.acquire(timeout=timeout):
+            leave.wait(10)
+            lock.release()
+
+    try:
+        for count, (owner, timeout) in enumerate((("first", None), ("second", 20.0)), 1):
+            thread = threading.Thread(target=wait, args=(owner, timeout))
+            thread.start()
+            threads.append(thread)
+            if not _on_redlock(manager):  # (no common queue there: nothing to wait for)
+                wait_until(lambda n=count: len(_waiters(manager, lock_name)) == n)
+        if _on_redlock(manager):
+            info = manager.get(lock_name)
+            assert info is not None and info.waiters == () and info.queue_length is None
+            return
+        first, second = _waiters(manager, lock_name)
+        assert (first.owner, first.purpose, first.deadline) == ("first", "for first", None)
+        assert (second.owner, second.purpose, second.mode) == ("second", "for second", "exclusive")
+        assert first.waiting_since is not None and second.waiting_since is not None
+        assert first.waiting_since <= second.waiting_since
+        assert second.deadline is not None
+        assert 19 < (second.deadline - second.waiting_since).total_seconds() <= 20.01
+        assert manager.get(lock_name).queue_length == 2  # type: ignore[union-attr]
+        holder.release()  # handed to "first": "second" is the whole queue now
+        wait_until(lambda: [w.owner for w in _waiters(manager, lock_name)] == ["second"])
+    finally:
+        leave.set()
+        if holder.owned():
+            holder.release()
+        for thread in threads:
+            thread.join(15)
+        manager.force_release(lock_name)
+
+
+def _waiters(manager: LockManager, name: str) -> tuple[Any, ...]:
+    info = manager.get(name)
+    return () if info is None else info.waiters

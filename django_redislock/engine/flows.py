@@ -163,8 +163,11 @@ class AcquireOp:
 
     def call(self, channel: bytes) -> Call:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
+        wait_left = b""
+        if channel and self.deadline is not None:  # shown to operators while queued
+            wait_left = str(max(0, int((self.deadline - self.clock()) * 1000))).encode()
         args = (
-            self.owner, self.nonce, self.ttl_arg, self.meta, b"",
+            self.owner, self.nonce, self.ttl_arg, self.meta, wait_left,
             self.retention_arg, channel, self.known,
         )  # fmt: skip
         return self.kind.acquire_call(self.keys, args, self.name, self.replicas, self.deadline)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -34,8 +34,24 @@ _META_FIELDS = {"host", "pid", "thread", "purpose", "task_id", "task_name", "kin
 _MODES = {"s": "permit", "r": "read", "w": "write"}
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Party:
+    """Who holds or waits for a lock, from the metadata its process stored
+    (``meta``: any further metadata fields, as stored)."""
+
+    host: str | None = None
+    pid: int | None = None
+    thread: str | None = None
+    purpose: str | None = None
+    task_id: str | None = None
+    task_name: str | None = None
+    kind: str = "lock"
+    extra: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
-class HolderInfo:
+class HolderInfo(_Party):
     """One holder of a lock: a mutex's owner, a semaphore's permit, a read or a write.
 
     ``mode`` is ``"exclusive"`` (a mutex), ``"permit"``, ``"read"`` or ``"write"``;
@@ -51,15 +67,6 @@ class HolderInfo:
     acquired_at: datetime | None = None
     ttl: float | None = None
     lease: float | None = None
-    host: str | None = None
-    pid: int | None = None
-    thread: str | None = None
-    purpose: str | None = None
-    task_id: str | None = None
-    task_name: str | None = None
-    kind: str = "lock"
-    extra: dict[str, Any] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def renewing(self) -> bool:
@@ -88,6 +95,24 @@ class HolderInfo:
         )
 
 
+@dataclass(frozen=True)
+class WaiterInfo(_Party):
+    """One waiter in a lock's queue, as Redis has it.
+
+    ``mode`` is what it waits for (``"exclusive"``, ``"permit"``, ``"read"``,
+    ``"write"``); ``waiting_since`` is when this wait began and ``deadline``
+    when the waiter gives up (None: it waits without limit), both by Redis's
+    clock; ``lease`` is the lease it asks for, in seconds. The other fields are
+    the :class:`LockInfo` fields of the same names.
+    """
+
+    owner: str
+    mode: str = "exclusive"
+    waiting_since: datetime | None = None
+    deadline: datetime | None = None
+    lease: float | None = None
+
+
 #: Seconds of delay a renewal may have before its holder counts as overdue.
 OVERDUE_SLACK = 1.0
 
@@ -97,7 +122,7 @@ _HOLDER_FIELDS = tuple(f.name for f in fields(HolderInfo) if f.name != "mode")
 
 
 @dataclass(frozen=True)
-class LockInfo:
+class LockInfo(_Party):
     """What Redis says about one held lock at one moment.
 
     Fields are None when the lock was written without that information (for
@@ -114,16 +139,6 @@ class LockInfo:
     ttl: float | None = None
     #: The lease the holder asked for, in seconds (None: no expiry or unknown).
     lease: float | None = None
-    host: str | None = None
-    pid: int | None = None
-    thread: str | None = None
-    purpose: str | None = None
-    task_id: str | None = None
-    task_name: str | None = None
-    kind: str = "lock"
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: Any further metadata fields, as stored.
-    meta: dict[str, Any] = field(default_factory=dict)
     #: Whether fencing tokens of this lock strictly increase across holders (False
     #: on Redlock: each token comes from one master's counter and clock).
     fencing_monotonic: bool = True
@@ -135,6 +150,12 @@ class LockInfo:
     limit: int | None = None
     #: The holders of a semaphore or read-write lock (see :attr:`holders`).
     shared_holders: tuple[HolderInfo, ...] = ()
+    #: The live waiters, first in line first (at most :data:`WAITERS_SHOWN`; empty
+    #: on Redlock, whose masters keep no common queue).
+    waiters: tuple[WaiterInfo, ...] = ()
+    #: How many entries the queue has (a waiter that died in the last few seconds
+    #: may still count); None where unknown (Redlock).
+    queue_length: int | None = None
 
     @property
     def holders(self) -> tuple[HolderInfo, ...]:
@@ -281,6 +302,21 @@ def _holder(
     ttl: float | None, lease_ms: int | None, raw_meta: str | None, *, foreign: bool = False,
 ) -> HolderInfo:  # fmt: skip
     """A holder from its stored fields; fields that do not parse are left unknown."""
+    return HolderInfo(
+        owner=owner,
+        mode=mode,
+        hold_count=count,
+        fencing_token=fence,
+        acquired_at=_from_epoch_ms(since),
+        ttl=ttl,
+        lease=_lease(lease_ms),
+        **_identity(raw_meta, foreign=foreign),
+    )
+
+
+def _identity(raw_meta: str | None, *, foreign: bool = False) -> dict[str, Any]:
+    """Who a holder or waiter is, from its stored JSON metadata (what does not parse
+    is left unknown): host, pid, thread, purpose, task, kind, extra and the rest."""
     meta: dict[str, Any] = {}
     if raw_meta:
         try:
@@ -291,24 +327,62 @@ def _holder(
             meta = loaded
     extra = meta.get("extra")
     pid = meta.get("pid")
-    return HolderInfo(
-        owner=owner,
-        mode=mode,
-        hold_count=count,
-        fencing_token=fence,
-        acquired_at=_from_epoch_ms(since),
-        ttl=ttl,
-        lease=lease_ms / 1000.0 if lease_ms and 0 < lease_ms < 2**63 else None,
-        host=_str_or_none(meta.get("host")),
-        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-        thread=_str_or_none(meta.get("thread")),
-        purpose=_str_or_none(meta.get("purpose")),
-        task_id=_str_or_none(meta.get("task_id")),
-        task_name=_str_or_none(meta.get("task_name")),
-        kind="foreign" if foreign else _str_or_none(meta.get("kind")) or "lock",
-        extra=extra if isinstance(extra, dict) else {},
-        meta={k: v for k, v in meta.items() if k not in _META_FIELDS},
-    )
+    return {
+        "host": _str_or_none(meta.get("host")),
+        "pid": pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        "thread": _str_or_none(meta.get("thread")),
+        "purpose": _str_or_none(meta.get("purpose")),
+        "task_id": _str_or_none(meta.get("task_id")),
+        "task_name": _str_or_none(meta.get("task_name")),
+        "kind": "foreign" if foreign else _str_or_none(meta.get("kind")) or "lock",
+        "extra": extra if isinstance(extra, dict) else {},
+        "meta": {k: v for k, v in meta.items() if k not in _META_FIELDS},
+    }
+
+
+def _lease(lease_ms: int | None) -> float | None:
+    return lease_ms / 1000.0 if lease_ms and 0 < lease_ms < 2**63 else None
+
+
+#: At most this many waiters are listed per lock (the queue's length is exact).
+WAITERS_SHOWN = 50
+
+
+def waiters_from_redis(
+    owners: Sequence[Any], entries: Mapping[Any, Any], now_ms: int | None, shared: bool
+) -> tuple[WaiterInfo, ...]:
+    """The live waiters of a queue: *owners* in queue order (``LRANGE``), their
+    *entries* (``HGETALL`` of the waiters hash), Redis's clock in ms. Entries
+    whose life ran out (a waiter that died) and entries that do not parse are
+    left out; this never raises on what it finds in Redis.
+    """
+    by_owner = {_text(k): _text(v) for k, v in entries.items()}
+    found: list[WaiterInfo] = []
+    seen: set[str] = set()
+    for raw_owner in owners:
+        owner = _text(raw_owner)
+        entry = by_owner.get(owner)
+        if owner is None or entry is None or owner in seen:
+            continue
+        parts = entry.split("|", 7 if shared else 6)
+        if len(parts) != (8 if shared else 7):
+            continue
+        expiry = _int(parts[0])
+        if expiry is None or (now_ms is not None and expiry < now_ms):
+            continue  # its process stopped refreshing it: the next script drops it
+        seen.add(owner)
+        mode = _MODES.get(parts[6][:1], "exclusive") if shared else "exclusive"
+        found.append(
+            WaiterInfo(
+                owner=owner,
+                mode=mode,
+                waiting_since=_from_epoch_ms(_int(parts[1])),
+                deadline=_from_epoch_ms(_int(parts[2])),
+                lease=_lease(_int(parts[3])),
+                **_identity(parts[-1]),
+            )
+        )
+    return tuple(found)
 
 
 def _top_fields(holder: HolderInfo) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from .scripts import (
     Script,
 )
 
-# ARGV as ACQUIRE: owner, nonce, ttl_ms, meta, '', retention_ms, channel ('' =
+# ARGV as ACQUIRE: owner, nonce, ttl_ms, meta, (wait left: unused), retention_ms, channel ('' =
 # do not wait), known ('' = unknown holds), (barge: unused), parent owner.
 # Returns as ACQUIRE: a fresh grant's token, {fence, count} for a re-entry, a
 # take-over or a repeat, -2 - pttl when held.

@@ -18,8 +18,10 @@ Waiting is FIFO with direct hand-off: a release (or a cancelled wait, or an
 acquire that finds the lock free while someone else is first in line) grants
 the lock to the first live waiter in the same script and publishes the grant on
 that waiter's process channel. A waiter entry is
-``expiry_ms|ttl_ms|channel|nonce|meta``; waiters refresh it while they wait, and
-entries whose expiry passed (their process died) are skipped.
+``expiry_ms|since_ms|deadline_ms|ttl_ms|channel|nonce|meta`` (since and
+deadline, by Redis's clock, are for operators: when the wait began, and when
+the waiter gives up, empty for no limit); waiters refresh it while they wait,
+and entries whose expiry passed (their process died) are skipped.
 """
 
 from __future__ import annotations
@@ -113,27 +115,51 @@ end
 
 _ENQUEUE = r"""
 -- Queue *owner* (or refresh its entry) for the wait *nonce*; *tail* is the entry
--- after its expiry (ttl|channel|nonce|...). A waiter asking again (woken, or at
--- its fallback poll) keeps an entry of this wait with more than half its life
--- left, and the keys live at least as long.
-local function enqueue(owner, nonce, life, tail)
+-- after its expiry, since and deadline (ttl|channel|nonce|...); *wait_left* is
+-- how long the waiter still waits, in ms ('' = no limit). A waiter asking again
+-- (woken, or at its fallback poll) keeps an entry of this wait with more than
+-- half its life left, and the keys live at least as long. "since" (when this
+-- wait began) and the deadline are Redis's clock, for inspection only.
+local function enqueue(owner, nonce, life, tail, wait_left)
+  local now = now_ms()
+  local since = now
   local old = redis.call('HGET', E, owner)
   if old then
-    local p = split(old, 4)
-    if p[4] == nonce and tonumber(p[1]) > now_ms() + life / 2 then return end
+    if entry_fields(old)[4] == nonce then
+      local p = split(old, 2)
+      if tonumber(p[1]) > now + life / 2 then return end
+      since = tonumber(p[2]) or now
+    end
   end
-  redis.call('HSET', E, owner, num(now_ms() + life) .. '|' .. tail)
+  local deadline = ''
+  if wait_left ~= nil and wait_left ~= '' then deadline = num(now + tonumber(wait_left)) end
+  local head = num(now + life) .. '|' .. num(since) .. '|' .. deadline
+  redis.call('HSET', E, owner, head .. '|' .. tail)
   if not old then redis.call('RPUSH', Q, owner) end
   redis.call('PEXPIRE', Q, life)
   redis.call('PEXPIRE', E, life)
 end
 """
 
+def entry_fields_fragment(fields: int) -> str:
+    """Lua ``entry_fields(e)``: a queue entry ``expiry|since|deadline|<fields>...``
+    with *fields* fields after the deadline (the last one, the metadata, may
+    contain ``|``) as ``{expiry, <fields>}``: since and deadline are for
+    inspection only, so the scripts never see them."""
+    return f"""
+local function entry_fields(e)
+  local p = split(e, {fields + 2})
+  table.remove(p, 2)
+  table.remove(p, 2)
+  return p
+end
+"""
+
+
 _QUEUE = (
     _SPLIT
-    + r"""
-local function entry_fields(e) return split(e, 4) end
-"""
+    # expiry|since|deadline|ttl|channel|nonce|meta -> {expiry, ttl, channel, nonce, meta}
+    + entry_fields_fragment(4)
     + _LIVE_HEAD
     + _ENQUEUE
     + r"""
@@ -161,8 +187,9 @@ ENTRY_LIFE_MS = 4000
 HANDOFF_CLAIM_MS = 2000
 _QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 
-# ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, '' (unused: "since" is
-#       Redis's clock), retention_ms, channel ('' = do not queue when held),
+# ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, wait_left_ms (how long a
+#       queued waiter still waits, shown to operators; '' = no limit),
+#       retention_ms, channel ('' = do not queue when held),
 #       known ('' = unknown; else how many holds the client knows this owner
 #       has: a re-entry then sets the count to known + 1), barge ('1': take a
 #       free lock even when others wait, fair=False), parent ('' or absent; else
@@ -247,7 +274,7 @@ if not h[1] then
   handoff(retention)
 end
 if channel ~= '' then
-  enqueue(owner, nonce, life, ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta)
+  enqueue(owner, nonce, life, ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta, ARGV[5])
 end
 return -2 - redis.call('PTTL', L)
 """
@@ -452,5 +479,6 @@ RELEASE_HEAD_FRAGMENT = _RELEASE_HEAD
 CLOCK_FRAGMENT = _CLOCK
 SPLIT_FRAGMENT = _SPLIT
 LIVE_HEAD_FRAGMENT = _LIVE_HEAD
-#: ``enqueue(owner, nonce, life, tail)`` (needs ``Q``, ``E``, ``split``, ``now_ms``, ``num``).
+#: ``enqueue(owner, nonce, life, tail, wait_left)`` (needs ``Q``, ``E``, ``split``,
+#: ``entry_fields``, ``now_ms``, ``num``).
 ENQUEUE_FRAGMENT = _ENQUEUE

@@ -40,6 +40,7 @@ from .scripts import (
     LIVE_HEAD_FRAGMENT,
     SPLIT_FRAGMENT,
     Script,
+    entry_fields_fragment,
 )
 
 # Holder records and leases (needs L, the lock hash, and Z, the lease set):
@@ -126,9 +127,10 @@ local function grant(mode, limit, owner, nonce, ttl, meta, lease, retention)
   keep_until(tonumber(exp))
   return fence
 end
-
-local function entry_fields(e) return split(e, 5) end
 """
+    # expiry|since|deadline|ttl|channel|nonce|<mode><limit>|meta
+    #   -> {expiry, ttl, channel, nonce, <mode><limit>, meta}
+    + entry_fields_fragment(5)
     + LIVE_HEAD_FRAGMENT
     + ENQUEUE_FRAGMENT
     + r"""
@@ -186,7 +188,7 @@ end
 #: Waiter entry life and claim window: the same as a mutex's.
 _BASE = _BASE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 
-# ARGV: owner, nonce, ttl_ms, meta, '' (unused: grants are dated by Redis),
+# ARGV: owner, nonce, ttl_ms, meta, wait_left_ms ('' = no limit; see scripts.enqueue),
 #       retention_ms, channel ('' = do not queue when held), known ('' or the
 #       holds the client knows this owner has), mode (s / r / w), limit (0 for rw).
 # Returns (see calls.decode_attempt): the fencing token (> 0) for a fresh
@@ -239,7 +241,7 @@ if channel ~= '' then
     + str(ENTRY_LIFE_MS)
     + r"""
   enqueue(owner, nonce, life, ttl .. '|' .. channel .. '|' .. nonce .. '|' .. mode .. limit
-                             .. '|' .. meta)
+                             .. '|' .. meta, ARGV[5])
 end
 return wait_hint()
 """

@@ -97,10 +97,10 @@ class AsyncRedlockBackend(RedlockBase):
 
         async def one(client: Any) -> list[LockInfo] | Exception:
             pipe = client.pipeline(transaction=False)
-            server.queue_snapshot_reads(pipe, keys)
+            server.queue_snapshot_reads(pipe, self.keyspace, keys, queue=False)
             try:
                 return server.snapshots(
-                    self.keyspace, keys, await pipe.execute(raise_on_error=False)
+                    self.keyspace, keys, await pipe.execute(raise_on_error=False), queue=False
                 )
             except Exception as exc:
                 return exc

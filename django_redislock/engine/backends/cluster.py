@@ -214,11 +214,12 @@ class _Cluster(BackendState):
 
     @staticmethod
     def _merge(size: int, groups: list[tuple[Any, list[int]]], answers: list[Any]) -> list[Any]:
-        """The snapshot replies of each node's group (two per key) back in key order."""
-        replies: list[Any] = [None] * (2 * size)
+        """The snapshot replies of each node's group back in key order."""
+        step = server.QUEUE_READS
+        replies: list[Any] = [None] * (step * size)
         for (_node, indices), node_replies in zip(groups, answers, strict=True):
             for n, i in enumerate(indices):
-                replies[2 * i : 2 * i + 2] = node_replies[2 * n : 2 * n + 2]
+                replies[step * i : step * i + step] = node_replies[step * n : step * n + step]
         return replies
 
     def _settle_replicated(self, call: Call, results: list[Any], acks: Any) -> Any:
@@ -350,7 +351,7 @@ class ClusterBackend(_Cluster):
         answers = []
         for node, indices in groups:
             pipe = self._node_client(node).pipeline(transaction=False)
-            server.queue_snapshot_reads(pipe, [keys[i] for i in indices])
+            server.queue_snapshot_reads(pipe, self.keyspace, [keys[i] for i in indices])
             answers.append(pipe.execute(raise_on_error=False))
         return self._merge(len(keys), groups, answers)
 
@@ -461,7 +462,7 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
 
         async def read(node: Any, indices: list[int]) -> list[Any]:
             pipe = self._node_client(node).pipeline(transaction=False)
-            server.queue_snapshot_reads(pipe, [keys[i] for i in indices])
+            server.queue_snapshot_reads(pipe, self.keyspace, [keys[i] for i in indices])
             return list(await pipe.execute(raise_on_error=False))
 
         answers = await asyncio.gather(*(read(node, indices) for node, indices in groups))

@@ -324,7 +324,9 @@ class RedlockBackend(RedlockBase):
                 per_master.append(got if isinstance(got, Exception) else TimeoutError())
                 continue
             try:
-                per_master.append(server.snapshots(self.keyspace, keys, _as_dicts(got)))
+                per_master.append(
+                    server.snapshots(self.keyspace, keys, _as_dicts(got), queue=False)
+                )
             except Exception as exc:  # a master whose data cannot be read counts as down
                 per_master.append(exc)
         return [self._snapshot(info) for info in self._merge(keys, per_master)]

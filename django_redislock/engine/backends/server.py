@@ -10,13 +10,14 @@ backends map them (``base.call_error``, ``base.backend_error``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..calls import Call
-from ..info import LockInfo
+from ..info import WAITERS_SHOWN, LockInfo, waiters_from_redis
 from ..keys import KeySpace
 from ..scripts import Script
 from .base import backend_error, batch_wait, replicated_results
@@ -112,35 +113,93 @@ def missing_scripts(calls: Sequence[Call], results: list[Any]) -> list[Script]:
     return list(missing.values())
 
 
-def queue_snapshot_reads(pipe: Any, keys: Sequence[Any]) -> None:
-    """Queue ``HGETALL`` and ``PTTL`` of each of *keys* on *pipe* (see :func:`snapshots`)."""
+#: Replies per lock in a snapshot with its queue: the hash, its PTTL, the first
+#: queued owners, the queue's length, the waiter entries and Redis's clock.
+QUEUE_READS = 6
+#: Replies per lock in a snapshot without its queue (Redlock: no common queue).
+PLAIN_READS = 2
+
+
+def snapshot_commands(keyspace: KeySpace, key: Any, *, queue: bool = True) -> list[tuple[Any, ...]]:
+    """The commands that read one lock's snapshot (see :func:`snapshots`); the
+    queue's keys share the lock's hash slot, so a cluster node answers them all."""
+    commands: list[tuple[Any, ...]] = [("HGETALL", key), ("PTTL", key)]
+    if queue:
+        name = keyspace.name_from_key(_key_text(key))
+        keys = keyspace.keys(name) if name is not None else None
+        queue_key = keys.queue if keys else key
+        waiters_key = keys.waiters if keys else key
+        commands += [
+            ("LRANGE", queue_key, 0, WAITERS_SHOWN - 1),
+            ("LLEN", queue_key),
+            ("HGETALL", waiters_key),
+            ("TIME",),
+        ]
+    return commands
+
+
+def queue_snapshot_reads(
+    pipe: Any, keyspace: KeySpace, keys: Sequence[Any], *, queue: bool = True
+) -> None:
+    """Queue the reads of each of *keys* on *pipe* (see :func:`snapshot_commands`)."""
     for key in keys:
-        pipe.hgetall(key)
-        pipe.pttl(key)
+        for command in snapshot_commands(keyspace, key, queue=queue):
+            pipe.execute_command(*command)
 
 
-def snapshots(keyspace: KeySpace, keys: Sequence[Any], replies: list[Any]) -> list[LockInfo]:
+def snapshots(
+    keyspace: KeySpace, keys: Sequence[Any], replies: list[Any], *, queue: bool = True
+) -> list[LockInfo]:
     """The locks among *keys* that exist, from the replies of :func:`queue_snapshot_reads`.
 
     A key that is not a hash (another tool's key) reads as no lock; any other
-    error raises LockBackendError.
+    error raises LockBackendError. A queue that cannot be read leaves the
+    waiters unknown rather than failing the snapshot.
     """
+    step = QUEUE_READS if queue else PLAIN_READS
     infos: list[LockInfo] = []
     for i, raw_key in enumerate(keys):
-        fields, pttl = replies[2 * i], replies[2 * i + 1]
+        fields, pttl = replies[step * i], replies[step * i + 1]
         if isinstance(pttl, Exception):
             raise backend_error(pttl, "read the locks", None)
         if isinstance(fields, ResponseError) and "WRONGTYPE" in str(fields):
             fields = None  # not a hash: another tool's key
         elif isinstance(fields, Exception):
             raise backend_error(fields, "read the locks", None)
-        key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else raw_key
+        key = _key_text(raw_key)
         name = keyspace.name_from_key(key)
-        if name is not None and int(pttl) != -2:
-            info = LockInfo.from_redis(name, key, fields, int(pttl))
-            if info is not None:
-                infos.append(info)
+        if name is None or int(pttl) == -2:
+            continue
+        info = LockInfo.from_redis(name, key, _hash(fields), int(pttl))
+        if info is not None and queue and fields is not None:
+            info = _with_queue(info, replies[step * i + 2 : step * i + step])
+        if info is not None:
+            infos.append(info)
     return infos
+
+
+def _key_text(key: Any) -> str:
+    """A key as text; one that is not UTF-8 (another tool's) cannot be a lock key."""
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+
+
+def _hash(reply: Any) -> Any:
+    """An ``HGETALL`` reply as a dict (a raw command gives a flat list on RESP2)."""
+    if isinstance(reply, list):
+        return dict(zip(reply[::2], reply[1::2], strict=False))
+    return reply
+
+
+def _with_queue(info: LockInfo, replies: Sequence[Any]) -> LockInfo:
+    owners, length, entries, clock = replies
+    if any(isinstance(r, Exception) for r in replies):
+        return info
+    try:
+        now_ms = int(clock[0]) * 1000 + int(clock[1]) // 1000
+    except (TypeError, ValueError, IndexError):
+        now_ms = None
+    waiters = waiters_from_redis(owners, _hash(entries) or {}, now_ms, info.primitive != "mutex")
+    return dataclasses.replace(info, waiters=waiters, queue_length=int(length))
 
 
 def scan_cursor(text: str) -> int:

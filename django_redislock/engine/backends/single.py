@@ -87,7 +87,7 @@ class SingleBackend(_Single):
         if not keys:
             return []
         pipe = self.client.pipeline(transaction=False)
-        server.queue_snapshot_reads(pipe, keys)
+        server.queue_snapshot_reads(pipe, self.keyspace, keys)
         try:
             replies = pipe.execute(raise_on_error=False)
         except RedisError as exc:
@@ -139,7 +139,7 @@ class AsyncSingleBackend(AsyncBackendState, _Single):
         if not keys:
             return []
         pipe = self.client.pipeline(transaction=False)
-        server.queue_snapshot_reads(pipe, keys)
+        server.queue_snapshot_reads(pipe, self.keyspace, keys)
         try:
             replies = await pipe.execute(raise_on_error=False)
         except RedisError as exc:
