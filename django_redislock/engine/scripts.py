@@ -141,6 +141,7 @@ local function enqueue(owner, nonce, life, tail, wait_left)
 end
 """
 
+
 def entry_fields_fragment(fields: int) -> str:
     """Lua ``entry_fields(e)``: a queue entry ``expiry|since|deadline|<fields>...``
     with *fields* fields after the deadline (the last one, the metadata, may
