@@ -16,6 +16,7 @@ from . import signals
 from .engine.backends.base import AsyncBackend, Backend
 from .engine.calls import Call, ExtendResult
 from .engine.driver import call_async, call_sync
+from .engine.history import HistoryEvent, history_call, parse_history
 from .engine.info import LockInfo
 from .engine.operator_scripts import force_extend_script, force_release_script
 from .engine.validate import to_millis, validate_name, validate_seconds
@@ -174,6 +175,20 @@ class LockManager:
             if cursor == "0":
                 return
 
+    def history(self, name: str) -> list[HistoryEvent]:
+        """The recent events of the lock *name*, newest first: hand-offs, expiries
+        someone waited through, waiters that gave up, operator releases (see
+        :mod:`django_redislock.engine.history`). Empty on Redlock."""
+        backend = self.backend()
+        call = _history_call(backend, name)
+        return [] if call is None else parse_history(call_sync(call, backend))
+
+    async def ahistory(self, name: str) -> list[HistoryEvent]:
+        """:meth:`history` for asyncio."""
+        backend = self.source.abackend()
+        call = _history_call(backend, name)
+        return [] if call is None else parse_history(await call_async(call, backend))
+
     # -- operator actions ------------------------------------------------------
 
     def force_release(
@@ -254,6 +269,13 @@ class LockManager:
 
 def _lock_keys(backend: Backend | AsyncBackend, names: Sequence[str]) -> list[str]:
     return [backend.keyspace.keys(validate_name(n)).lock for n in names]
+
+
+def _history_call(backend: Backend | AsyncBackend, name: str) -> Call | None:
+    if backend.features.quorum:  # Redlock records no history
+        return None
+    keys = backend.keyspace.keys(validate_name(name))
+    return history_call(keys.fence.encode(), name)
 
 
 def _prefix(prefix: object) -> str:

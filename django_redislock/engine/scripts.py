@@ -64,7 +64,11 @@ local function grant(owner, nonce, ttl, meta, retention, overwrite)
   if t > fence then fence = t end
   fence = num(fence)
   local since_ms = num(math.floor(t / 1000))
-  if redis.call('HSET', F, 'fence', fence) == 1 then redis.call('PEXPIRE', F, retention) end
+  -- 'cur' (who holds it since when) lets a later script tell that a waited-on
+  -- holder's lease ran out; a release clears it.
+  if redis.call('HSET', F, 'fence', fence, 'cur', owner .. '|' .. since_ms) == 2 then
+    redis.call('PEXPIRE', F, retention)
+  end
   if overwrite then
     redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
                'ttl', ttl, 'op', nonce, 'meta', meta, 'rel', '')
@@ -157,19 +161,77 @@ end
 """
 
 
+_HISTORY = r"""
+-- The lock's recent history, written on slow paths only (a hand-off, an expiry
+-- someone waited through, a waiter giving up, an operator's release): a JSON
+-- list in the fence hash, newest first, at most HISTORY_MAX events (read by
+-- engine/history.py). Every path writes something that frees memory first, so
+-- a full Redis does not refuse it.
+local function record(entry)
+  entry.t = now_ms()
+  local list = {}
+  local old = redis.call('HGET', F, 'hist')
+  if old then
+    local ok, got = pcall(cjson.decode, old)
+    if ok and type(got) == 'table' then list = got end
+  end
+  table.insert(list, 1, entry)
+  for i = #list, HISTORY_MAX + 1, -1 do list[i] = nil end
+  redis.call('HSET', F, 'hist', cjson.encode(list))
+end
+
+-- The current holder as a history entry's "held" part (from the lock hash).
+local function held_by(entry)
+  local h = redis.call('HMGET', L, 'owner', 'since', 'meta')
+  if h[1] then
+    entry.o, entry.m = h[1], h[3] or ''
+    entry.h = now_ms() - (tonumber(h[2]) or now_ms())
+  end
+  return entry
+end
+
+-- A waiter's entry as a history entry's "waited" part.
+local function waited_by(entry, w, e)
+  entry.w = w
+  local p = split(e, 6)
+  entry.wt = now_ms() - (tonumber(p[2]) or now_ms())
+  entry.wm = p[7]
+  return entry
+end
+
+-- The lock was found free by a script serving waiter *w* (entry *e*): if a holder
+-- is still on record, its lease ran out while *w* waited.
+local function expired(w, e)
+  local cur = redis.call('HGET', F, 'cur')
+  if cur and cur ~= '' then
+    local c = split(cur, 1)
+    record(waited_by({e = 'expired', o = c[1], h = now_ms() - tonumber(c[2])}, w, e))
+  end
+end
+"""
+
+
 _QUEUE = (
     _SPLIT
     # expiry|since|deadline|ttl|channel|nonce|meta -> {expiry, ttl, channel, nonce, meta}
     + entry_fields_fragment(4)
+    + _HISTORY
     + _LIVE_HEAD
     + _ENQUEUE
     + r"""
 -- Grant the lock to the first live waiter and wake it; false if there is none.
+-- With *overwrite* a release hands it over (its holder is still in the hash);
+-- without, the lock was free: if a holder is on record, its lease ran out.
 local function handoff(retention, overwrite)
   local w, e = live_head()
   if not w then return false end
   redis.call('LPOP', Q)
   redis.call('HDEL', E, w)
+  if overwrite then
+    record(waited_by(held_by({e = 'handoff'}), w, e))
+  else
+    expired(w, e)
+  end
   local p = entry_fields(e)
   local fence = grant(w, p[4], p[2], p[5], retention, overwrite)
   -- Leased only for the claim window until the waiter confirms (its watchdog's
@@ -186,7 +248,9 @@ end
 ENTRY_LIFE_MS = 4000
 #: How long a lock handed to a waiter is leased until the waiter claims it (ms).
 HANDOFF_CLAIM_MS = 2000
-_QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
+#: How many events a lock's history keeps (see ``record`` in the scripts).
+HISTORY_MAX = 20
+_QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS)).replace("HISTORY_MAX", str(HISTORY_MAX))
 
 # ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, wait_left_ms (how long a
 #       queued waiter still waits, shown to operators; '' = no limit),
@@ -264,11 +328,12 @@ local channel, life = ARGV[7], """
     + str(ENTRY_LIFE_MS)
     + r"""
 if not h[1] then
-  local head = live_head()
+  local head, e = live_head()
   if not head or head == owner then
     if head then
       redis.call('LPOP', Q)
       redis.call('HDEL', E, owner)
+      expired(owner, e)
     end
     return tonumber(grant(owner, nonce, ttl, meta, retention))
   end
@@ -315,7 +380,9 @@ RELEASE = (
     + r"""
 if redis.call('EXISTS', Q) == 0 then
   redis.call('DEL', L)
-  if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
+  if redis.call('HSET', F, 'rel', nonce, 'cur', '') == 2 then
+    redis.call('PEXPIRE', F, retention)
+  end
   return 0
 end
 """
@@ -323,6 +390,7 @@ end
     + r"""
 if ARGV[5] == 'poke' then
   redis.call('DEL', L)
+  redis.call('HSET', F, 'cur', '')
   local w, e = live_head()
   if w then
     local p = entry_fields(e)
@@ -330,6 +398,7 @@ if ARGV[5] == 'poke' then
   end
 elseif not handoff(retention, true) then
   redis.call('DEL', L)
+  redis.call('HSET', F, 'cur', '')
 end
 if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
 return 0
@@ -396,8 +465,10 @@ CANCEL = (
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
 local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count')
 if h[1] == owner and h[2] == nonce then return {h[3], h[4]} end
+local e = redis.call('HGET', E, owner)
 redis.call('LREM', Q, 0, owner)
 redis.call('HDEL', E, owner)
+if e and entry_fields(e)[4] == nonce then record(waited_by(held_by({e = 'timeout'}), owner, e)) end
 if redis.call('EXISTS', L) == 0 then handoff(retention) end
 return -1
 """
@@ -418,7 +489,12 @@ if not ok then h = {false, false} end
 if want_owner ~= '' and h[1] ~= want_owner then return -1 end
 if want_fence ~= '' and h[2] ~= want_fence then return -1 end
 if ARGV[4] == '1' and (h[1] or h[2]) then return -1 end
+local entry = h[1] and held_by({e = 'forced'})
 redis.call('DEL', L)
+if entry then
+  redis.call('HSET', F, 'cur', '')
+  record(entry)
+end
 handoff(retention)
 return 1
 """
@@ -461,6 +537,11 @@ class Script:
         return f"<Script {self.name} {self.sha[:8]}>"
 
 
+# KEYS[1]: the fence hash.  The lock's recorded history (a JSON list), or nil.
+HISTORY = r"""
+return redis.call('HGET', KEYS[1], 'hist')
+"""
+
 acquire_script = Script("acquire", ACQUIRE)
 release_script = Script("release", RELEASE)
 extend_script = Script("extend", EXTEND)
@@ -468,6 +549,7 @@ renew_script = Script("renew", RENEW)
 claim_script = Script("claim", CLAIM)
 cancel_script = Script("cancel", CANCEL)
 transfer_script = Script("transfer", TRANSFER)
+HISTORY_SCRIPT = Script("history", HISTORY)
 
 #: The Lua that grants a lock (token, hash fields, lease), and the start of an
 #: acquire (a repeat or a re-entry), for other script families (Redlock) to build on.

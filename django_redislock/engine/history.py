@@ -1,0 +1,157 @@
+"""A lock's recent history: what the scripts record on their slow paths.
+
+The scripts (``record`` in :mod:`.scripts`) keep the last
+:data:`~.scripts.HISTORY_MAX` events of a lock in its fence hash, newest
+first, as a JSON list. Only slow paths write one, so taking and releasing a
+free lock costs nothing here:
+
+* ``"handoff"``: a release handed the lock to the first waiter;
+* ``"expired"``: a holder's lease ran out while someone waited (a crashed or
+  stuck holder, or a waiter that was handed the lock and never claimed it);
+* ``"timeout"``: a waiter gave up;
+* ``"forced"``: an operator released the lock (admin, command,
+  ``force_release``).
+
+Redlock keeps no history (its masters share no queue).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .calls import Call
+from .scripts import HISTORY_SCRIPT
+
+#: The events a history records, with what an operator reads for each.
+EVENTS = {
+    "handoff": "handed to the next waiter",
+    "expired": "lease ran out while waited on",
+    "timeout": "a waiter gave up",
+    "forced": "released by an operator",
+}
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One event of a lock's history (times by Redis's clock).
+
+    ``holder`` held the lock for ``held`` seconds when it happened (for
+    ``"expired"``: until its lease ran out); ``waiter`` had waited ``waited``
+    seconds (the waiter handed the lock, the one that gave up, or the one that
+    waited through an expiry). ``holder_meta`` / ``waiter_meta`` are what their
+    processes recorded (host, pid, thread, purpose, task_id, ...).
+    """
+
+    event: str
+    at: datetime
+    holder: str | None = None
+    held: float | None = None
+    waiter: str | None = None
+    waited: float | None = None
+    holder_meta: dict[str, Any] = field(default_factory=dict)
+    waiter_meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def description(self) -> str:
+        """What the event means, in words."""
+        return EVENTS.get(self.event, self.event)
+
+
+def history_call(fence_key: bytes, name: str) -> Call:
+    """The call that reads the history of the lock *name* (its fence hash's ``hist``)."""
+    return Call(HISTORY_SCRIPT, (fence_key,), (), "read the history", name)
+
+
+def parse_history(raw: Any) -> list[HistoryEvent]:
+    """The events of a stored history, newest first; what does not parse is left out
+    (this never raises on what it finds in Redis)."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    if not isinstance(raw, str):
+        return []
+    try:
+        items = json.loads(raw)
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(items, list):  # an empty Lua table encodes as {}
+        return []
+    return [event for item in items if (event := _event(item)) is not None]
+
+
+def _event(item: Any) -> HistoryEvent | None:
+    if not isinstance(item, dict) or not isinstance(item.get("e"), str):
+        return None
+    at = _ms(item.get("t"))
+    if at is None:
+        return None
+    return HistoryEvent(
+        event=item["e"],
+        at=datetime.fromtimestamp(at / 1000.0, tz=timezone.utc),
+        holder=_text(item.get("o")),
+        held=_seconds(item.get("h")),
+        waiter=_text(item.get("w")),
+        waited=_seconds(item.get("wt")),
+        holder_meta=_meta(item.get("m")),
+        waiter_meta=_meta(item.get("wm")),
+    )
+
+
+def _ms(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 < value < 2**53 else None
+
+
+def _seconds(value: Any) -> float | None:
+    ms = _ms(value) if value != 0 else 0.0
+    return None if ms is None else max(0.0, ms / 1000.0)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _meta(value: Any) -> dict[str, Any]:
+    if not isinstance(value, str) or not value:
+        return {}
+    try:
+        loaded = json.loads(value)
+    except (ValueError, RecursionError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How a set of durations (seconds) is spread: count, median, 90th percentile, max."""
+
+    count: int
+    median: float
+    p90: float
+    longest: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread | None:
+        """The spread of *values*; None for none."""
+        if not values:
+            return None
+        ordered = sorted(values)
+        p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+        return cls(len(ordered), statistics.median(ordered), p90, ordered[-1])
+
+
+def hold_spread(events: Sequence[HistoryEvent]) -> Spread | None:
+    """How long holders held the lock, over the recorded hand-offs and expiries."""
+    return Spread.of(
+        [e.held for e in events if e.event in ("handoff", "expired") and e.held is not None]
+    )
+
+
+def wait_spread(events: Sequence[HistoryEvent]) -> Spread | None:
+    """How long waiters waited, over every recorded event with a waiter."""
+    return Spread.of([e.waited for e in events if e.waited is not None])

@@ -1,0 +1,136 @@
+"""A lock's history: hand-offs, expiries waited through, timeouts and operator releases,
+recorded by the scripts on slow paths only, capped, newest first. The expired holder
+is a real child process, SIGKILLed while it holds the lock."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import redis
+from django.conf import settings
+
+from django_redislock import locks
+from django_redislock.engine.history import hold_spread, wait_spread
+from django_redislock.engine.scripts import HISTORY_MAX
+from tests.holding import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fence_fields(name: str) -> set[bytes]:
+    key = locks.backend().keyspace.keys(name).fence
+    return set(redis.Redis.from_url(settings.REDIS_URL).hkeys(key))
+
+
+def _hand_over(name: str, holder: str, waiter: str, hold: float) -> None:
+    """*holder* holds for about *hold* seconds while *waiter* waits, then hands over."""
+    lock = locks.lock(name, owner=holder)
+    assert lock.acquire()
+    got = threading.Event()
+
+    def wait() -> None:
+        other = locks.lock(name, owner=waiter, purpose="waits")
+        assert other.acquire(timeout=10)
+        got.set()
+        other.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: getattr(locks.get(name), "queue_length", 0) == 1)
+    time.sleep(hold)  # (the hold being measured)
+    lock.release()
+    thread.join(10)
+    assert got.is_set()
+
+
+def test_free_locks_write_no_history(name: str) -> None:
+    for _ in range(3):
+        with locks.lock(name):
+            pass
+    assert locks.history(name) == []
+    assert b"hist" not in _fence_fields(name)
+
+
+def test_a_hand_off_records_who_held_and_who_waited_how_long(name: str) -> None:
+    _hand_over(name, "holder", "waiter", 0.3)
+    (event,) = locks.history(name)
+    assert (event.event, event.holder, event.waiter) == ("handoff", "holder", "waiter")
+    assert event.held is not None and 0.3 <= event.held < 3
+    assert event.waited is not None and 0.25 <= event.waited < 3
+    assert event.waiter_meta["purpose"] == "waits" and event.holder_meta["pid"] == os.getpid()
+    assert hold_spread([event]) is not None and wait_spread([event]) is not None
+
+
+def test_a_waiter_that_gives_up_is_recorded_with_the_holder(name: str) -> None:
+    holder = locks.lock(name, owner="holder")
+    assert holder.acquire()
+    try:
+        assert not locks.lock(name, owner="impatient").acquire(timeout=0.3)
+    finally:
+        holder.release()
+    (event,) = locks.history(name)
+    assert (event.event, event.holder, event.waiter) == ("timeout", "holder", "impatient")
+    assert event.waited is not None and 0.25 <= event.waited < 3
+
+
+def test_an_operator_release_is_recorded(name: str) -> None:
+    holder = locks.lock(name, owner="stuck", auto_renew=False)
+    assert holder.acquire()
+    assert locks.force_release(name)
+    (event,) = locks.history(name)
+    assert (event.event, event.holder, event.waiter) == ("forced", "stuck", None)
+
+
+def test_an_expiry_someone_waited_through_names_the_dead_holder(name: str) -> None:
+    code = textwrap.dedent(
+        f"""
+        import time, django
+        django.setup()
+        from django_redislock import locks
+        lock = locks.lock({name!r}, owner="doomed", ttl=1.5)
+        lock.acquire()
+        print("held", flush=True)
+        time.sleep(120)
+        """
+    )
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings", PYTHONPATH=str(ROOT))
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], 30)
+        assert ready and child.stdout.readline().strip() == "held"
+        child.kill()  # no release: its lease (renewed until now) runs out
+        child.wait(10)
+        waiter = locks.lock(name, owner="patient")
+        assert waiter.acquire(timeout=10)
+        waiter.release()
+    finally:
+        child.kill()
+        child.wait(10)
+    events = locks.history(name)
+    assert [e.event for e in events] == ["expired"]
+    (event,) = events
+    assert (event.holder, event.waiter) == ("doomed", "patient")
+    assert event.waited is not None and 0.5 < event.waited < 3
+
+
+def test_the_history_keeps_the_newest_events(name: str) -> None:
+    for i in range(HISTORY_MAX + 3):
+        holder = locks.lock(name, owner=f"holder {i}")
+        assert holder.acquire()
+        assert not locks.lock(name, owner=f"waiter {i}").acquire(timeout=0.05)
+        holder.release()
+    events = locks.history(name)
+    assert len(events) == HISTORY_MAX
+    assert events[0].holder == f"holder {HISTORY_MAX + 2}"
+    assert events[-1].holder == "holder 3"
+    assert all(a.at >= b.at for a, b in zip(events, events[1:], strict=False))
