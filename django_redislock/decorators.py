@@ -21,7 +21,7 @@ import inspect
 import logging
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -30,6 +30,7 @@ from django.http import HttpRequest, HttpResponse
 from ._keys_template import ARGS, KeySpec
 from .conf import setting
 from .engine.guarding import guarding
+from .engine.history import HistoryEvent
 from .engine.info import LockInfo
 from .exceptions import LockBackendError
 from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after, task_hooks
@@ -178,7 +179,8 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
             return func(*args, **kwargs) if answer is _RUN_UNGUARDED else answer
         if not acquired:
             if request is not None:
-                return _view_locked(config, name, info, request)
+                history = _recent_holds(config, name, info)
+                return _view_locked(config, name, info, request, history)
             return _function_locked(config, name, info, args, kwargs)
         return _run_held(lock, func, args, kwargs, request)
 
@@ -259,7 +261,8 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
             return (await answer) if inspect.isawaitable(answer) else answer
         if not acquired:
             if request is not None:
-                response = _view_locked(config, name, info, request)
+                history = await _arecent_holds(config, name, info)
+                response = _view_locked(config, name, info, request, history)
             else:
                 response = _function_locked(config, name, info, args, kwargs)
             if inspect.isawaitable(response):
@@ -320,8 +323,35 @@ def _function_locked(
     return on_locked
 
 
+def _recent_holds(config: GuardConfig, name: str, info: LockInfo | None) -> list[HistoryEvent]:
+    """The lock's recent history, for a refused request's ``Retry-After`` (none when the
+    lock is already free, or the history cannot be read: the lease then decides)."""
+    if info is None:
+        return []
+    try:
+        return config.lock_manager().history(name)
+    except LockBackendError:
+        return []
+
+
+async def _arecent_holds(
+    config: GuardConfig, name: str, info: LockInfo | None
+) -> list[HistoryEvent]:
+    """:func:`_recent_holds` for asyncio."""
+    if info is None:
+        return []
+    try:
+        return await config.lock_manager().ahistory(name)
+    except LockBackendError:
+        return []
+
+
 def _view_locked(
-    config: GuardConfig, name: str, info: LockInfo | None, request: HttpRequest
+    config: GuardConfig,
+    name: str,
+    info: LockInfo | None,
+    request: HttpRequest,
+    history: Sequence[HistoryEvent] = (),
 ) -> Any:
     on_locked = config.on_locked
     logger.info(
@@ -337,7 +367,7 @@ def _view_locked(
         return on_locked
     if callable(on_locked):
         return on_locked(request, info)
-    seconds = retry_after(info, config)
+    seconds = retry_after(info, config, history)
     response = HttpResponse(
         f"This action is already running; try again in {seconds} s.\n",
         status=409,

@@ -21,11 +21,12 @@ from __future__ import annotations
 import importlib
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._keys_template import KeySpec
+from .engine.history import HistoryEvent, hold_spread
 from .engine.info import HolderInfo, LockInfo
 from .exceptions import LockNotAcquired
 
@@ -174,9 +175,25 @@ def lease_left(info: LockInfo | None) -> int | None:
     return None
 
 
-def retry_after(info: LockInfo | None, config: GuardConfig) -> int:
-    """The ``Retry-After`` seconds for a refused request: the holder's lease, else our ttl."""
-    return lease_left(info) or max(1, math.ceil(config.ttl or 1))
+def retry_after(
+    info: LockInfo | None, config: GuardConfig, history: Sequence[HistoryEvent] = ()
+) -> int:
+    """The ``Retry-After`` seconds for a refused request.
+
+    When the lock's *history* has recent holds, when the holder will likely be
+    done: the first of their median, 90th percentile and longest that its age
+    has not passed yet, minus that age. Never more than the holder's remaining
+    lease (else our ttl), which is also the answer without a history.
+    """
+    most = lease_left(info) or max(1, math.ceil(config.ttl or 1))
+    holds = hold_spread(history)
+    age = None if info is None or info.age is None else info.age.total_seconds()
+    if holds is None or age is None:
+        return most
+    for typical in (holds.median, holds.p90, holds.longest):
+        if typical > age:
+            return min(most, max(1, math.ceil(typical - age)))
+    return most
 
 
 # -- task hooks ----------------------------------------------------------------

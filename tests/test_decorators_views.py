@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import django
@@ -218,3 +220,50 @@ def test_a_limited_view_answers_409_only_when_every_place_is_taken() -> None:
     assert 1 <= int(response["Retry-After"]) <= 8
     first.release()
     second.release()
+
+
+def _handed_over_after(name: str, hold: float) -> None:
+    """One real hand-off of *name* after a hold of about *hold* seconds (its history)."""
+    first = locks.lock(name, owner="earlier request", ttl=30)
+    assert first.acquire(blocking=False)
+    thread = threading.Thread(
+        target=lambda: locks.lock(name, owner="next request", ttl=30).acquire(timeout=10)
+    )
+    thread.start()
+    for _ in range(500):
+        info = locks.get(name)
+        if info is not None and info.queue_length == 1:
+            break
+        time.sleep(0.01)
+    time.sleep(hold)  # (the hold the history records)
+    first.release()
+    thread.join(10)
+    locks.force_release(name, owner="next request")
+
+
+@pytest.mark.parametrize("url", ["/invoice/17/", "/invoice-async/17/"])
+def test_retry_after_follows_recent_holds_not_the_whole_lease(url: str) -> None:
+    _handed_over_after("invoice:17", 1.2)  # recent holds took ~1.2 s
+    lock = locks.lock("invoice:17", ttl=30, owner="other-request")
+    assert lock.acquire(blocking=False)
+    try:
+        client = Client() if "async" not in url else None
+        response = client.post(url) if client else async_to_sync(AsyncClient().post)(url)
+        assert response.status_code == 409
+        assert response["Retry-After"] == "2"  # ceil(1.2 s - its age), not its 30 s lease
+        assert "try again in 2 s" in response.content.decode()
+    finally:
+        lock.release()
+
+
+def test_retry_after_is_never_more_than_the_remaining_lease() -> None:
+    _handed_over_after("invoice:17", 1.2)
+    lock = locks.lock("invoice:17", ttl=1, owner="other-request", auto_renew=False)
+    assert lock.acquire(blocking=False)
+    try:
+        response = Client().post("/invoice/17/")
+        assert response.status_code == 409
+        assert response["Retry-After"] == "1"  # its lease ends before recent holds did
+    finally:
+        if lock.owned():
+            lock.release()
