@@ -214,6 +214,26 @@ class KeySpec:
                 arguments[name] = value
         return arguments
 
+    def inputs(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments of one call the lock name is made from, JSON-friendly, for
+        operators to read: a template's fields, or every argument for
+        :data:`ARGS` and a key callable; none for a fixed name. Never raises:
+        a value with no JSON form shows as its (shortened) ``repr``, and long
+        values are cut."""
+        key = self.key
+        if key is None or self.is_static:
+            return {}
+        try:
+            arguments = self.bind(args, kwargs)
+        except TypeError:
+            return {}
+        if isinstance(key, str) and key != ARGS:
+            arguments = {f: arguments[f] for f in self.fields if f in arguments}
+        elif self.drop_first and self.signature is not None:
+            first = next(iter(self.signature.parameters), None)
+            arguments.pop(first, None)  # type: ignore[arg-type]
+        return {name: _shown(value) for name, value in arguments.items()}
+
     def render(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         """The lock name for one call. Raises ValueError/TypeError when it cannot be built."""
         key = self.key
@@ -284,6 +304,23 @@ def _quick_bind(
                 return None
             arguments[name] = defaults[name]
     return arguments if len(arguments) == len(names) else None
+
+
+#: How much of one argument :meth:`KeySpec.inputs` keeps (characters of JSON).
+SHOWN_LENGTH = 200
+
+
+def _shown(value: Any) -> Any:
+    """*value* as an operator sees it: its JSON form, or its repr, cut to SHOWN_LENGTH."""
+    try:
+        normal = normalize(value)
+    except (TypeError, RecursionError):
+        text = repr(value)
+        return text if len(text) <= SHOWN_LENGTH else text[: SHOWN_LENGTH - 1] + "…"
+    text = _canonical(normal)
+    if len(text) <= SHOWN_LENGTH:
+        return normal
+    return text[: SHOWN_LENGTH - 1] + "…"
 
 
 def _without_first(signature: inspect.Signature) -> inspect.Signature:

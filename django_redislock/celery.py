@@ -41,6 +41,7 @@ from celery.signals import task_revoked
 from celery.utils import uuid
 
 from ._keys_template import KeySpec
+from .conf import setting
 from .engine.guarding import guard_owner, guarding
 from .engine.identity import new_nonce
 from .exceptions import LockBackendError, LockError, LockNotAcquired, LockNotOwned
@@ -83,8 +84,13 @@ def _skipped(name: str, holder: str | None) -> dict[str, Any]:
     return {"redislock": "skipped", "reason": "lock held", "lock": name, "holder": holder}
 
 
-def _task_meta(task: Task, task_id: str | None) -> dict[str, Any]:
-    return {"kind": "task", "task_id": task_id, "task_name": task.name}
+def _task_meta(task: Task, task_id: str | None, inputs: dict[str, Any]) -> dict[str, Any]:
+    """What a task's lock records: the task, its name as the purpose, and the
+    arguments its lock key was made from (shown in the admin)."""
+    meta = {"kind": "task", "task_id": task_id, "task_name": task.name, "purpose": task.name}
+    if inputs:
+        meta["args"] = inputs
+    return meta
 
 
 def _release(lock: Lock, *, every_hold: bool = True) -> bool | None:
@@ -173,7 +179,7 @@ def run_guarded(
     """
     task_id = task.request.id
     name = spec.render(call_args, kwargs)
-    options: dict[str, Any] = {"meta": _task_meta(task, task_id)}
+    options: dict[str, Any] = {"meta": _task_meta(task, task_id, spec.inputs(call_args, kwargs))}
     if task_id is None:
         owner = config.owner if isinstance(config.owner, str) else None
     else:
@@ -250,7 +256,8 @@ def _task_locked(
 ) -> Any:
     info = config.lock_manager().get(name)
     holder = None if info is None else holder_text(info)  # (every holder of a semaphore)
-    logger.warning(
+    logger.log(
+        setting("REDISLOCK_TASK_SKIP_LOG_LEVEL"),
         "redislock: task %s[%s] found lock %r held by %s (on_locked=%s)",
         task.name,
         task.request.id,
@@ -421,17 +428,20 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             # A retry re-sends the same task id, whose lock is kept or was released.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
         config = self._lock_config()
-        name = config.spec.render(tuple(args or ()), dict(kwargs or {}))
+        call_args, call_kwargs = tuple(args or ()), dict(kwargs or {})
+        name = config.spec.render(call_args, call_kwargs)
         task_id = task_id or uuid()
         lease = self.lock_enqueue_ttl or config.ttl
         if lease is None:
-            from .conf import setting
-
             lease = setting("REDISLOCK_DEFAULT_TTL")
         # The lock must outlive the wait for a countdown/ETA, then the worker renews it.
         lease += _delay_seconds(options.get("countdown"), options.get("eta"))
         lock = config.lock_manager().lock(
-            name, ttl=lease, owner=task_id, auto_renew=False, meta=_task_meta(self, task_id)
+            name,
+            ttl=lease,
+            owner=task_id,
+            auto_renew=False,
+            meta=_task_meta(self, task_id, config.spec.inputs(call_args, call_kwargs)),
         )
         for _ in range(3):  # the holder may release between our attempt and our look
             if lock.acquire(blocking=False):

@@ -115,6 +115,19 @@ def validate_view_redis_error(value: Any, name: str) -> str:
     return str(value)
 
 
+#: The level names a log-level setting takes (or their numbers).
+LOG_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
+
+
+def validate_log_level(value: Any, name: str) -> int:
+    """A logging level: one of :data:`LOG_LEVELS` by name, or a number from 0 to 50."""
+    if isinstance(value, str) and value.upper() in LOG_LEVELS:
+        return LOG_LEVELS[value.upper()]
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 50:
+        return value
+    raise ValueError(f"{name} must be one of {', '.join(LOG_LEVELS)} (or 0 to 50), not {value!r}")
+
+
 #: Every setting this package reads, in the order docs/settings.md lists them.
 SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(
@@ -177,6 +190,12 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "closed",
         validate_view_redis_error,
         "a guarded view when Redis is down: 'closed' (503) or 'open' (run unguarded)",
+    ),
+    SettingSpec(
+        "REDISLOCK_TASK_SKIP_LOG_LEVEL",
+        "WARNING",
+        validate_log_level,
+        "the level of the log line of a task run skipped because its lock was held",
     ),
 )
 

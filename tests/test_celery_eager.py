@@ -18,6 +18,7 @@ import pytest
 import redis
 from celery import Celery, shared_task
 from django.conf import settings
+from django.test import override_settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry as RedisRetry
 
@@ -458,3 +459,45 @@ def test_the_worker_calls_run_directly_with_no_custom_call() -> None:
     from celery.app.trace import task_has_custom
 
     assert not task_has_custom(fails, "__call__")
+
+
+class _Opaque:
+    """An argument with no JSON form (shown as its repr)."""
+
+    def __repr__(self) -> str:
+        return "<Opaque>"
+
+
+@eager.task
+@single_instance("says:{account}:{mode}")
+def says_what_it_guards(account: int, mode: str, note: Any = None, blob: str = "") -> Any:
+    """Returns its own lock as the body sees it."""
+    return locks.get(f"says:{account}:{mode}")
+
+
+@eager.task(base=SingleInstanceTask, lock_key=lambda n, opaque, blob: f"every:{n}")
+def by_every_argument(n: int, opaque: Any, blob: str) -> Any:
+    """Locked by a key callable (which may read every argument); returns its lock."""
+    return locks.get(f"every:{n}")
+
+
+def test_a_task_lock_names_the_task_and_the_arguments_of_its_key() -> None:
+    info = says_what_it_guards.apply((7, "full"), {"note": _Opaque()}).get()
+    assert info.purpose == says_what_it_guards.name == info.task_name
+    assert info.meta["args"] == {"account": 7, "mode": "full"}  # the key's inputs only
+
+
+def test_every_argument_of_a_key_callable_is_shown_and_long_ones_are_cut() -> None:
+    info = by_every_argument.apply((3, _Opaque(), "x" * 1000)).get()
+    shown = info.meta["args"]
+    assert shown["n"] == 3 and shown["opaque"] == "<Opaque>"
+    assert len(shown["blob"]) == 200 and shown["blob"].endswith("…")
+
+
+def test_the_level_of_skip_lines_is_a_setting(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="django_redislock.celery")
+    with override_settings(REDISLOCK_TASK_SKIP_LOG_LEVEL="INFO"):
+        result = nested.delay(8, 1).get()
+    assert is_skipped(result)
+    (line,) = [r for r in caplog.records if "'nested:8'" in r.getMessage()]
+    assert line.levelno == logging.INFO

@@ -51,6 +51,8 @@ BAD_VALUES = [
     ("REDISLOCK_REDLOCK_CACHES", ["default", ""], "entries are cache aliases"),
     ("REDISLOCK_REDLOCK_MONOTONIC_FENCING", "true", "True or False"),
     ("REDISLOCK_VIEW_ON_REDIS_ERROR", "fail", "'closed'"),
+    ("REDISLOCK_TASK_SKIP_LOG_LEVEL", "LOUD", "one of DEBUG, INFO"),
+    ("REDISLOCK_TASK_SKIP_LOG_LEVEL", 99, "0 to 50"),
 ]
 
 
