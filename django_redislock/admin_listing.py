@@ -19,7 +19,7 @@ from .engine.keys import KeySpace, glob_escape
 from .manager import LockManager
 
 #: Accepted values of the ``o`` (ordering) query parameter.
-ORDERINGS = ("name", "-name", "age", "-age", "ttl", "-ttl")
+ORDERINGS = ("name", "-name", "age", "-age", "ttl", "-ttl", "renewed", "-renewed")
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,14 @@ class ListQuery:
     search: str = ""
     #: "contains" or "prefix".
     mode: str = "contains"
+    #: Whether the search ignores case.
+    ignore_case: bool = False
     host: str = ""
     kind: str = ""
     #: "mutex", "semaphore", "rwlock" or "" (any).
     primitive: str = ""
+    #: Only locks with a holder that missed its renewals.
+    overdue: bool = False
     order: str = "name"
     #: Where the walk continues: an opaque cursor ("0" starts over).
     cursor: str = "0"
@@ -40,11 +44,13 @@ class ListQuery:
     def matches(self, info: LockInfo) -> bool:
         """True if *info* passes the search and the filters."""
         if self.search:
-            if self.mode == "prefix":
-                if not info.name.startswith(self.search):
-                    return False
-            elif self.search not in info.name:
+            name, search = info.name, self.search
+            if self.ignore_case:
+                name, search = name.casefold(), search.casefold()
+            if not (name.startswith(search) if self.mode == "prefix" else search in name):
                 return False
+        if self.overdue and not info.overdue:
+            return False
         if self.host and self.host not in _hosts(info):
             return False
         if self.kind and info.kind != self.kind:
@@ -86,10 +92,26 @@ def scan_pattern(keyspace: KeySpace, query: ListQuery) -> str:
     """The SCAN MATCH pattern for *query*; a superset that :meth:`ListQuery.matches` narrows.
 
     Glob metacharacters in the search text are escaped, so they match themselves.
+    Ignoring case, an ASCII letter matches as ``[aA]`` and another cased character
+    as ``*`` (Redis compares bytes).
     """
-    if query.mode == "prefix" or not query.search:
-        return keyspace.match_pattern(query.search)
-    return keyspace.match_pattern("") + "*" + glob_escape(query.search) + "*"
+    if not query.ignore_case:
+        if query.mode == "prefix" or not query.search:
+            return keyspace.match_pattern(query.search)
+        return keyspace.match_pattern("") + "*" + glob_escape(query.search) + "*"
+    body = "".join(_any_case(ch) for ch in query.search)
+    if query.mode == "prefix" and not query.search.startswith(("}", "\\")):
+        return keyspace.match_pattern("")[:-1] + body + "*"
+    return keyspace.match_pattern("") + body + "*"
+
+
+def _any_case(ch: str) -> str:
+    """*ch* as a MATCH pattern that ignores its case."""
+    if ch.lower() == ch.upper():
+        return glob_escape(ch)
+    if ch.isascii():
+        return f"[{ch.lower()}{ch.upper()}]"
+    return "*"
 
 
 def _sort_key(order: str) -> Callable[[LockInfo], Any]:
@@ -99,11 +121,15 @@ def _sort_key(order: str) -> Callable[[LockInfo], Any]:
         return lambda i: (i.acquired_at is None, i.acquired_at.timestamp() if i.acquired_at else 0)
     if field_name == "ttl":
         return lambda i: (i.ttl is None, i.ttl if i.ttl is not None else math.inf, i.name)
+    if field_name == "renewed":
+        # Longest ago (the likeliest stuck) first; locks without a lease last.
+        return lambda i: (i.renewed_ago is None, -(i.renewed_ago or 0.0), i.name)
     return lambda i: i.name
 
 
 def sort_rows(rows: list[LockInfo], order: str) -> list[LockInfo]:
-    """*rows* sorted by name, age or remaining lease; a leading ``-`` reverses."""
+    """*rows* sorted by name, age, remaining lease or last renewal; a leading ``-``
+    reverses."""
     if order not in ORDERINGS:
         order = "name"
     return sorted(rows, key=_sort_key(order), reverse=order.startswith("-"))

@@ -13,7 +13,6 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
@@ -30,17 +29,25 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
-from .admin_listing import ORDERINGS, ListQuery, Window, scan_window
-from .admin_targets import PRIMITIVE_LABELS, Target, describe_primitive
+from .admin_listing import scan_window
+from .admin_query import REFRESH_CHOICES, filter_choices, params_of, qs, query_from, sort_links
+from .admin_targets import Target, describe_primitive
 from .conf import setting
+from .describe import (
+    Liveness,
+    ago_text,
+    describe_holder,
+    describe_process,
+    describe_task,
+    liveness,
+    waiter_lines,
+)
 from .engine.info import HolderInfo, LockInfo
 from .engine.validate import validate_name
 from .exceptions import LockBackendError
 from .manager import LockManager
 from .models import HeldLock
 
-#: Auto-refresh periods (seconds) offered on the list page; 0 = off.
-REFRESH_CHOICES = (0, 5, 30)
 #: Most locks one action request may act on.
 MAX_TARGETS = 1000
 #: Longest lease extension an operator may grant at once (seconds).
@@ -106,99 +113,6 @@ class ViewerAdmin(Protocol):
         ...
 
 
-def describe_task(info: LockInfo | HolderInfo) -> str:
-    """The Celery task holding *info*, or "" when a task did not take it."""
-    if info.task_name or info.task_id:
-        return f"task {info.task_name or '?'} [{info.task_id or '?'}]"
-    return ""
-
-
-def describe_process(info: LockInfo | HolderInfo) -> str:
-    """Where the holder of *info* runs: host, pid, thread (what is known of them)."""
-    parts = []
-    if info.host:
-        parts.append(f"host {info.host}")
-    if info.pid is not None:
-        parts.append(f"pid {info.pid}")
-    if info.thread:
-        parts.append(f"thread {info.thread}")
-    return ", ".join(parts)
-
-
-def describe_holder(info: LockInfo | HolderInfo | None) -> str:
-    """A one-line description of who holds *info*: task, host, pid, thread."""
-    if info is None:
-        return "nobody"
-    return ", ".join(p for p in (describe_task(info), describe_process(info)) if p) or (
-        "unknown holder"
-    )
-
-
-def describe_age(info: LockInfo) -> str:
-    """How long ago *info* was acquired, coarsely ("42 s ago", "3 h 5 min ago")."""
-    return _describe_age(info.age)
-
-
-def _describe_age(age: timedelta | None) -> str:
-    if age is None:
-        return ""
-    seconds = max(0, int(age.total_seconds()))
-    if seconds < 60:
-        return f"{seconds} s ago"
-    if seconds < 3600:
-        return f"{seconds // 60} min ago"
-    if seconds < 86400:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min ago"
-    return f"{seconds // 86400} d {seconds % 86400 // 3600} h ago"
-
-
-def _query_from(request: HttpRequest) -> tuple[ListQuery, int, int]:
-    """The list query, page number and refresh period from the query string."""
-    get = request.GET
-    order = get.get("o", "name")
-    # Opaque to the admin; the backend starts over on a cursor it cannot read.
-    cursor = get.get("cursor", "0")[:200] or "0"
-    try:
-        page = max(1, int(get.get("p", "1")))
-    except ValueError:
-        page = 1
-    try:
-        refresh = int(get.get("refresh", "0"))
-    except ValueError:
-        refresh = 0
-    query = ListQuery(
-        search=get.get("q", ""),
-        mode="prefix" if get.get("match") == "prefix" else "contains",
-        host=get.get("host", ""),
-        kind=get.get("kind", ""),
-        primitive=get.get("primitive", ""),
-        order=order if order in ORDERINGS else "name",
-        cursor=cursor,
-    )
-    return query, page, refresh if refresh in REFRESH_CHOICES else 0
-
-
-def _params(query: ListQuery, page: int, refresh: int) -> dict[str, Any]:
-    params: dict[str, Any] = {
-        "q": query.search,
-        "match": "prefix" if query.mode == "prefix" else "",
-        "host": query.host,
-        "kind": query.kind,
-        "primitive": query.primitive,
-        "o": "" if query.order == "name" else query.order,
-        "cursor": "" if query.cursor == "0" else query.cursor,
-        "p": "" if page == 1 else page,
-        "refresh": refresh or "",
-    }
-    return params
-
-
-def _qs(params: dict[str, Any], **changes: Any) -> str:
-    """``?query`` from *params* with *changes*, dropping empty values."""
-    merged = {**params, **changes}
-    return "?" + urlencode({k: v for k, v in merged.items() if v not in ("", None, 0)})
-
-
 def _seconds(value: float | None) -> float | None:
     """A lease for the template's countdown: None when unknown, -1 for no expiry."""
     if value is None:
@@ -219,6 +133,8 @@ class Row:
     target: str
     lease: float | None
     extra: str
+    #: Whether its holders keep their leases renewed ("renewed 2.0 s ago").
+    liveness: Liveness
     #: The primitive ("mutex", "semaphore", "read-write lock") and how it is held
     #: ("2 of 3 permits", "write", "3 readers"; "" for a mutex).
     primitive: str = "mutex"
@@ -239,13 +155,14 @@ def _row(model_admin: ViewerAdmin, info: LockInfo) -> Row:
         holder=describe_holder(info),
         task=describe_task(info),
         process=describe_process(info),
-        age=describe_age(info),
+        age=ago_text(info.age),
         target=Target.from_info(info).encode(),
         lease=_seconds(info.ttl),
         extra=_extra(info.extra),
         primitive=primitive,
         held_as=held_as,
         more_holders=max(0, len(info.holders) - 1),
+        liveness=liveness(info),
     )
 
 
@@ -261,6 +178,7 @@ class HolderRow:
     lease: float | None
     extra: str
     task_result_url: str | None
+    liveness: Liveness
 
 
 def _holder_rows(model_admin: ViewerAdmin, info: LockInfo) -> list[HolderRow]:
@@ -271,12 +189,11 @@ def _holder_rows(model_admin: ViewerAdmin, info: LockInfo) -> list[HolderRow]:
             target=Target.from_holder(info, holder).encode(),
             process=describe_process(holder),
             task=describe_task(holder),
-            age=_describe_age(
-                info.observed_at - holder.acquired_at if holder.acquired_at else None
-            ),
+            age=ago_text(info.observed_at - holder.acquired_at if holder.acquired_at else None),
             lease=_seconds(holder.ttl),
             extra=_extra(holder.extra),
             task_result_url=_task_result_url(model_admin, holder.task_id),
+            liveness=liveness(holder),
         )
         for holder in info.holders
     ]
@@ -327,8 +244,8 @@ def _require_view(model_admin: ViewerAdmin, request: HttpRequest) -> None:
 def changelist_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:
     """The list of held locks: search, filters, ordering, SCAN-windowed pages."""
     _require_view(model_admin, request)
-    query, page_number, refresh = _query_from(request)
-    params = _params(query, page_number, refresh)
+    query, page_number, refresh = query_from(request)
+    params = params_of(query, page_number, refresh)
     error = None
     try:
         window = scan_window(
@@ -343,16 +260,6 @@ def changelist_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpRespo
     rows = window.rows if window else []
     paginator = Paginator(rows, model_admin.list_per_page)
     page = paginator.get_page(page_number)
-    sort_links = {}
-    for column in ("name", "age", "ttl"):
-        current = query.order.lstrip("-") == column
-        descending = query.order.startswith("-")
-        new = f"-{column}" if current and not descending else column
-        sort_links[column] = {
-            "url": _qs(params, o="" if new == "name" else new, p=""),
-            "current": current,
-            "descending": descending,
-        }
     context = {
         **_context(model_admin, request, "Locks held in Redis"),
         "query": query,
@@ -363,61 +270,25 @@ def changelist_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpRespo
         "matched": len(rows),
         "window_full": len(rows) >= model_admin.scan_window,
         "params": params,
-        "sort_links": sort_links,
+        "sort_links": sort_links(query, params),
         "refresh": refresh,
         "refresh_links": [
-            {"seconds": s, "url": _qs(params, refresh=s), "current": s == refresh}
+            {"seconds": s, "url": qs(params, refresh=s), "current": s == refresh}
             for s in REFRESH_CHOICES
         ],
-        **_filter_choices(query, params, window),
-        "filtered": bool(query.search or query.host or query.kind or query.primitive),
-        "prev_url": _qs(params, p=page.previous_page_number()) if page.has_previous() else None,
-        "next_url": _qs(params, p=page.next_page_number()) if page.has_next() else None,
-        "next_window_url": (
-            _qs(params, cursor=window.next_cursor, p="") if window and not window.complete else None
+        **filter_choices(query, params, window),
+        "filtered": bool(
+            query.search or query.host or query.kind or query.primitive or query.overdue
         ),
-        "first_window_url": _qs(params, cursor="", p="") if query.cursor != "0" else None,
-        "list_qs": _qs(params)[1:],
+        "prev_url": qs(params, p=page.previous_page_number()) if page.has_previous() else None,
+        "next_url": qs(params, p=page.next_page_number()) if page.has_next() else None,
+        "next_window_url": (
+            qs(params, cursor=window.next_cursor, p="") if window and not window.complete else None
+        ),
+        "first_window_url": qs(params, cursor="", p="") if query.cursor != "0" else None,
+        "list_qs": qs(params)[1:],
     }
     return TemplateResponse(request, "django_redislock/admin/lock_list.html", context)
-
-
-def _filter_choices(
-    query: ListQuery, params: dict[str, Any], window: Window | None
-) -> dict[str, Any]:
-    """The sidebar's filter links (by host, kind and primitive), each keeping the others."""
-    filters = ("host", "kind", "primitive")
-    base = {k: v for k, v in params.items() if k not in (*filters, "p", "cursor")}
-    chosen = {f: params[f] for f in filters}
-
-    def url(**change: str) -> str:
-        return _qs(base, **{**chosen, **change})
-
-    hosts = sorted((window.hosts if window else set()) | ({query.host} - {""}))
-    kinds = sorted((window.kinds if window else set()) | {"lock"} | ({query.kind} - {""}))
-    seen = (window.primitives if window else set()) | {"mutex"} | ({query.primitive} - {""})
-    order = list(PRIMITIVE_LABELS)
-    primitives = sorted(seen, key=lambda p: (order.index(p) if p in order else len(order), p))
-    return {
-        "host_choices": _choices(hosts, query.host, lambda h: url(host=h)),
-        "kind_choices": _choices(kinds, query.kind, lambda k: url(kind=k)),
-        "primitive_choices": _choices(
-            primitives, query.primitive, lambda p: url(primitive=p), PRIMITIVE_LABELS
-        ),
-    }
-
-
-def _choices(
-    values: list[str],
-    current: str,
-    url: Callable[[str], str],
-    labels: dict[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """Filter links: "All" then one per value, marking the current one."""
-    names = labels or {}
-    out = [{"label": "All", "url": url(""), "selected": not current}]
-    out += [{"label": names.get(v, v), "url": url(v), "selected": v == current} for v in values]
-    return out
 
 
 def _task_result_url(model_admin: ViewerAdmin, task_id: str | None) -> str | None:
@@ -466,6 +337,7 @@ def change_view(model_admin: ViewerAdmin, request: HttpRequest, object_id: str) 
         "meta_json": _pretty(mutex.meta if mutex else None),
         "extra_json": _pretty(mutex.extra if mutex else None),
         "task_result_url": _task_result_url(model_admin, mutex.task_id if mutex else None),
+        "waiters": waiter_lines(info) if info else [],
     }
     return TemplateResponse(
         request, "django_redislock/admin/lock_detail.html", context, status=200 if info else 404
@@ -519,8 +391,8 @@ def _back_url(model_admin: ViewerAdmin, request: HttpRequest, targets: list[Targ
     if request.POST.get("return_to") == "detail" and len({t.name for t in targets}) == 1:
         return model_admin.url("change", quote(targets[0].name))
     # Only a query string is carried over, so the redirect cannot leave the list page.
-    qs = request.POST.get("list_qs", "").lstrip("?")
-    return model_admin.url("changelist") + ("?" + qs if qs else "")
+    query = request.POST.get("list_qs", "").lstrip("?")
+    return model_admin.url("changelist") + ("?" + query if query else "")
 
 
 def _back(

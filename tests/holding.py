@@ -43,3 +43,39 @@ class Holder(threading.Thread):
                 self.leave.wait(10)
         except BaseException as exc:  # reported by the test
             self.error = exc
+
+
+class QueuedWaiters:
+    """Threads waiting in a lock's queue: :meth:`add` returns once ``locks.get`` lists
+    the new waiter; :meth:`close` lets each waiter that got the lock release it, and
+    joins them (the test releases the holder first)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.done = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def listed(self) -> list[str]:
+        """The owners waiting for the lock, first in line first."""
+        info = locks.get(self.name)
+        return [w.owner for w in info.waiters] if info else []
+
+    def add(self, lock: Lock, timeout: float | None) -> None:
+        """Start a thread waiting for *lock* (at most *timeout* seconds; None: no limit)."""
+
+        def run() -> None:
+            if lock.acquire(timeout=timeout):
+                self.done.wait(10)
+                lock.release()
+
+        before = len(self.listed())
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        wait_until(lambda: len(self.listed()) == before + 1, timeout=10)
+
+    def close(self) -> None:
+        """Let every waiter finish; each is joined for at most 40 s."""
+        self.done.set()
+        for thread in self.threads:
+            thread.join(40)

@@ -1,15 +1,21 @@
-"""``manage.py redislock list|show|release|extend``, on mutexes, semaphores and rw locks."""
+"""``manage.py redislock list|show|release|extend``, on mutexes, semaphores and rw locks;
+waiters (threads) and liveness (a holder in a child process, stopped with SIGSTOP)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterator
+from datetime import datetime
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from django_redislock import Lock, locks
+from tests.holding import QueuedWaiters, wait_until
+from tests.test_liveness import HolderProcess
 
 
 def _run(*args: str) -> str:
@@ -144,3 +150,105 @@ def test_extend_a_mutex(name: str) -> None:
     with pytest.raises(CommandError, match="no expiry"):
         _run("extend", name, "10")
     forever.release()
+
+
+# --- waiters and liveness ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def waiting(name: str) -> Iterator[QueuedWaiters]:
+    """Threads waiting for the lock *name*."""
+    waiters = QueuedWaiters(name)
+    yield waiters
+    waiters.close()
+
+
+def test_show_lists_the_waiters_in_order(name: str, waiting: QueuedWaiters) -> None:
+    holder = locks.lock(name, owner="holder", ttl=30, purpose="nightly run")
+    assert holder.acquire()
+    try:
+        waiting.add(locks.lock(name, owner="first", ttl=30, purpose="second run"), 30)
+        waiting.add(locks.lock(name, owner="second", ttl=30), None)
+        shown = json.loads(_run("show", name, "--json"))
+        assert shown["queue_length"] == 2
+        first, second = shown["waiters"]
+        assert (first["position"], first["owner"], first["mode"]) == (1, "first", "exclusive")
+        assert (second["position"], second["owner"], second["deadline"]) == (2, "second", None)
+        assert first["purpose"] == "second run" and first["pid"] == os.getpid()
+        assert (
+            25
+            < (
+                datetime.fromisoformat(first["deadline"])
+                - datetime.fromisoformat(first["waiting_since"])
+            ).total_seconds()
+            <= 30
+        )
+        assert 0 <= first["waited"] < 10 and first["lease"] == 30
+        text = _run("show", name)
+        assert "waiters: 2" in text and "queue_length: 2" in text
+        lines = [line for line in text.splitlines() if line.startswith("  #")]
+        assert lines[0].startswith("  #1\towner=first\texclusive\t")
+        assert re.search(
+            r"\tpurpose=second run\twaiting for \d\.\d s \(since \d\d:\d\d:\d\d\)\t"
+            r"gives up in \d\d s \(at \d\d:\d\d:\d\d\)$",
+            lines[0],
+        ), lines[0]
+        assert lines[1].startswith("  #2\towner=second\t") and lines[1].endswith("\tno limit")
+        listing = _run("list", "--prefix", name)
+        assert "\tqueue=2\trenewed " in listing
+        (row,) = [
+            json.loads(line) for line in _run("list", "--json", "--prefix", name).splitlines()
+        ]
+        assert [w["owner"] for w in row["waiters"]] == ["first", "second"]
+    finally:
+        holder.release()
+
+
+def test_a_stopped_holder_is_shown_overdue(name: str) -> None:
+    child = HolderProcess(f"locks.lock({name!r}, ttl=6, purpose='stuck job')")
+    try:
+        listing = _run("list", "--prefix", name)
+        assert "\tqueue=0\trenewed " in listing and "NOT RENEWED" not in listing
+        shown = json.loads(_run("show", name, "--json"))
+        assert shown["renewing"] and not shown["overdue"] and shown["renewed_ago"] < 3
+        child.stop()
+        # Renewals are due every 2 s: overdue once 3 s pass without one (half the lease).
+        wait_until(lambda: getattr(locks.get(name), "overdue", False), timeout=5)
+        listing = _run("list", "--prefix", name)
+        assert "\tNOT RENEWED for " in listing, listing
+        shown = json.loads(_run("show", name, "--json"))
+        assert shown["overdue"] and shown["renewed_ago"] > 3
+        (holder,) = shown["holders"]
+        assert holder["overdue"] and holder["pid"] == child.proc.pid
+        assert re.search(r"liveness: NOT RENEWED for \d\.\d s\n", _run("show", name))
+    finally:
+        child.kill()
+
+
+def test_a_lease_meant_to_run_out_says_so(name: str) -> None:
+    lock = locks.lock(name, owner="queued", ttl=60, auto_renew=False)
+    assert lock.acquire()
+    try:
+        listing = _run("list", "--prefix", name)
+        assert listing.splitlines()[0].endswith("\tnot renewed (runs out)")
+        shown = json.loads(_run("show", name, "--json"))
+        assert shown["renewing"] is False and shown["overdue"] is False
+        assert shown["holders"][0]["renewing"] is False
+    finally:
+        lock.release()
+
+
+def test_holders_of_a_semaphore_each_have_their_liveness(name: str) -> None:
+    live = HolderProcess(f"locks.semaphore({name!r}, limit=2, ttl=6)")
+    stuck = HolderProcess(f"locks.semaphore({name!r}, limit=2, ttl=6)")
+    try:
+        stuck.stop()
+        wait_until(lambda: getattr(locks.get(name), "overdue", False), timeout=6)
+        lines = _run("list", "--prefix", name).splitlines()
+        assert "\tNOT RENEWED for " in lines[0]  # the lock: its worst holder
+        by_owner = {line.split("\t")[1]: line for line in lines[1:3]}
+        assert "\tNOT RENEWED for " in by_owner[f"owner={stuck.owner}"]
+        assert "\trenewed " in by_owner[f"owner={live.owner}"]
+    finally:
+        live.kill()
+        stuck.kill()

@@ -3,6 +3,8 @@
 A semaphore or read-write lock is shown with every holder (mode, owner, token,
 lease); ``release`` and ``extend`` act on the holders matching ``--owner`` and/or
 ``--fencing-token`` (``--token``), or on every holder when neither is given.
+Every lock shows its queue length and liveness ("renewed 2.0 s ago", "NOT RENEWED
+for 25 s"); ``show`` lists the waiters in order (texts from :mod:`..describe`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_redislock.describe import (
+    WaiterLine,
+    liveness,
+    lock_as_dict,
+    short_holder,
+    waiter_lines,
+)
 from django_redislock.engine.info import HolderInfo, LockInfo
 from django_redislock.exceptions import LockError
 from django_redislock.manager import LockManager
@@ -25,11 +34,18 @@ def _lease(ttl: float | None) -> str:
     return "no expiry" if math.isinf(ttl) else f"{ttl:.1f}s"
 
 
-def _holder(info: LockInfo | HolderInfo) -> str:
-    if info.task_id:
-        return f"task {info.task_name or '?'}[{info.task_id}]"
-    parts = [p for p in (info.host, str(info.pid) if info.pid else None, info.thread) if p]
-    return "/".join(parts) or (info.owner or "?")
+def _queue(info: LockInfo) -> str:
+    return f"queue={'-' if info.queue_length is None else info.queue_length}"
+
+
+def _waiting(info: LockInfo, listed: int) -> str:
+    """``3``, or ``50 listed of 64 in the queue`` when they differ (the list is capped,
+    or the queue still counts a waiter that just died); Redlock has no common queue."""
+    if info.queue_length is None:
+        return f"{listed} (Redlock: no common queue)"
+    if info.queue_length != listed:
+        return f"{listed} listed of {info.queue_length} in the queue"
+    return str(listed)
 
 
 def _primitive(info: LockInfo) -> str:
@@ -47,8 +63,25 @@ def _primitive(info: LockInfo) -> str:
 
 def _holder_line(holder: HolderInfo) -> str:
     return (
-        f"  {holder.mode}\towner={holder.owner}\t{_holder(holder)}\t"
-        f"fence={holder.fencing_token}\tcount={holder.hold_count}\tlease={_lease(holder.ttl)}"
+        f"  {holder.mode}\towner={holder.owner}\t{short_holder(holder)}\t"
+        f"fence={holder.fencing_token}\tcount={holder.hold_count}\tlease={_lease(holder.ttl)}\t"
+        f"{liveness(holder).loud_text}"
+    )
+
+
+def _waiter_line(line: WaiterLine) -> str:
+    """``  #1  owner=o  exclusive  host/pid/thread  purpose=...  waiting for 3.2 s (since
+    10:55:02)  gives up in 4.1 s (at 10:55:09)`` (or ``no limit``)."""
+    waiter = line.waiter
+    since = f" (since {waiter.waiting_since:%H:%M:%S})" if waiter.waiting_since else ""
+    gives_up = (
+        f"gives up {line.deadline_text} (at {waiter.deadline:%H:%M:%S})"
+        if waiter.deadline
+        else line.deadline_text
+    )
+    return (
+        f"  #{line.position}\towner={waiter.owner}\t{waiter.mode}\t{short_holder(waiter)}\t"
+        f"purpose={waiter.purpose or '-'}\twaiting {line.waited_text}{since}\t{gives_up}"
     )
 
 
@@ -110,16 +143,19 @@ class Command(BaseCommand):
                 break
             count += 1
             if options["json"]:
-                self.stdout.write(json.dumps(_as_dict(info)))
+                self.stdout.write(json.dumps(lock_as_dict(info)))
                 continue
+            alive = liveness(info).loud_text
             if info.primitive == "mutex":
                 self.stdout.write(
-                    f"{info.name}\t{_primitive(info)}\t{_holder(info)}\t"
+                    f"{info.name}\t{_primitive(info)}\t{short_holder(info)}\t"
                     f"fence={info.fencing_token}\tcount={info.hold_count}\t"
-                    f"lease={_lease(info.ttl)}"
+                    f"lease={_lease(info.ttl)}\t{_queue(info)}\t{alive}"
                 )
                 continue
-            self.stdout.write(f"{info.name}\t{_primitive(info)}\tlease={_lease(info.ttl)}")
+            self.stdout.write(
+                f"{info.name}\t{_primitive(info)}\tlease={_lease(info.ttl)}\t{_queue(info)}\t{alive}"
+            )
             for holder in info.holders:
                 self.stdout.write(_holder_line(holder))
         if not options["json"]:
@@ -129,16 +165,20 @@ class Command(BaseCommand):
         info = manager.get(options["name"])
         if info is None:
             raise CommandError(f"lock {options['name']!r} is not held")
-        data = _as_dict(info)
+        data = lock_as_dict(info)
         if options["json"]:
             self.stdout.write(json.dumps(data))
             return
-        holders = data.pop("holders")
+        holders, waiters = data.pop("holders"), data.pop("waiters")
         for key, value in data.items():
             self.stdout.write(f"{key:>14}: {value}")
+        self.stdout.write(f"{'liveness':>14}: {liveness(info).loud_text}")
         self.stdout.write(f"{'holders':>14}: {len(holders)}")
         for holder in info.holders:
             self.stdout.write(_holder_line(holder))
+        self.stdout.write(f"{'waiters':>14}: {_waiting(info, len(waiters))}")
+        for line in waiter_lines(info):
+            self.stdout.write(_waiter_line(line))
 
     def _selection(self, options: dict[str, Any]) -> tuple[str, str | None, int | None]:
         return options["name"], options.get("owner"), options.get("fencing_token")
@@ -177,34 +217,3 @@ class Command(BaseCommand):
         self.stdout.write(f"extended {len(holders)} holder(s) of {name!r} by {seconds:g}s")
         for holder in holders:
             self.stdout.write(_holder_line(holder))
-
-
-def _fields(info: LockInfo | HolderInfo) -> dict[str, Any]:
-    """The fields a lock and each of its holders share, as JSON-friendly values."""
-    return {
-        "owner": info.owner,
-        "hold_count": info.hold_count,
-        "fencing_token": info.fencing_token,
-        "acquired_at": info.acquired_at.isoformat() if info.acquired_at else None,
-        "ttl": None if info.ttl is None or math.isinf(info.ttl) else round(info.ttl, 3),
-        "lease": info.lease,
-        "host": info.host,
-        "pid": info.pid,
-        "thread": info.thread,
-        "purpose": info.purpose,
-        "task_id": info.task_id,
-        "task_name": info.task_name,
-        "kind": info.kind,
-        "extra": info.extra,
-    }
-
-
-def _as_dict(info: LockInfo) -> dict[str, Any]:
-    return {
-        "name": info.name,
-        "key": info.key,
-        "primitive": info.primitive,
-        "limit": info.limit,
-        **_fields(info),
-        "holders": [{"mode": h.mode, **_fields(h)} for h in info.holders],
-    }
