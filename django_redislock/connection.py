@@ -7,7 +7,12 @@ must never be read from a replica). Supported cache backends:
 * ``django_redis.cache.RedisCache`` (default and Sentinel clients), through
   ``django_redis.get_redis_connection(alias, write=True)``;
 * Django's own ``django.core.cache.backends.redis.RedisCache`` (Django >= 4.0),
-  through its client's ``get_client(write=True)``.
+  through its client's ``get_client(write=True)``;
+* subclasses of either, such as django-prometheus's instrumented
+  ``django_prometheus.cache.backends.redis.RedisCache`` (django-redis) and
+  ``NativeRedisCache`` (Django's): the cache object's class decides, not the
+  backend's module name. django-redis's ``ShardClient`` is refused (a lock must
+  live on one server).
 
 ``REDISLOCK_URL`` (a ``redis://`` / ``rediss://`` / ``unix://`` URL) overrides
 the cache alias. When it names a node of a Redis Cluster (``REDISLOCK_CLUSTER``,
@@ -30,8 +35,6 @@ from .conf import setting
 from .exceptions import LockBackendError
 from .settings_spec import REDIS_URL_SCHEMES, validate_redis_targets
 
-DJANGO_REDIS_BACKEND = "django.core.cache.backends.redis.RedisCache"
-
 
 def describe_backend(alias: str) -> str:
     """The dotted path of the cache backend configured for *alias*."""
@@ -46,15 +49,18 @@ def describe_backend(alias: str) -> str:
 
 
 def client_for_cache(alias: str) -> redis.Redis:
-    """Return the write Redis client of the Django cache *alias*, or raise ImproperlyConfigured."""
+    """Return the write Redis client of the Django cache *alias*, or raise ImproperlyConfigured.
+
+    The cache is recognised by its class, so subclasses of either backend (such
+    as django-prometheus's instrumented ``RedisCache`` and ``NativeRedisCache``)
+    work as their base does.
+    """
     backend = describe_backend(alias)
     cache: Any = caches[alias]
-    if backend == DJANGO_REDIS_BACKEND or isinstance(
-        getattr(cache, "_cache", None), _django_client_class()
-    ):
+    if issubclass(type(cache), _django_cache_class()):
         return cache._cache.get_client(None, write=True)  # type: ignore[no-any-return]
-    client = getattr(cache, "client", None)
-    if client is not None and type(cache).__module__.startswith("django_redis"):
+    if issubclass(type(cache), _django_redis_cache_class()):
+        client = cache.client
         if type(client).__name__ == "ShardClient":
             raise ImproperlyConfigured(
                 f"cache {alias!r} uses django-redis's ShardClient; a lock must live on one "
@@ -63,17 +69,29 @@ def client_for_cache(alias: str) -> redis.Redis:
         return client.get_client(write=True)  # type: ignore[no-any-return]
     raise ImproperlyConfigured(
         f"cache {alias!r} uses {backend}, which is not a Redis cache; set REDISLOCK_CACHE "
-        "to a django-redis or django.core.cache.backends.redis.RedisCache alias, or set "
-        "REDISLOCK_URL"
+        "to a django-redis or django.core.cache.backends.redis.RedisCache alias (or a "
+        "subclass of either), or set REDISLOCK_URL"
     )
 
 
-def _django_client_class() -> type:
+def _django_cache_class() -> type:
+    """Django's own ``RedisCache`` (Django >= 4.0)."""
+    from django.core.cache.backends.redis import RedisCache
+
+    return RedisCache
+
+
+def _django_redis_cache_class() -> type:
+    """django-redis's ``RedisCache`` (a class nothing is an instance of when not installed)."""
     try:
-        from django.core.cache.backends.redis import RedisCacheClient
-    except ImportError:  # pragma: no cover - Django < 4.0 is not supported anyway
-        return type(None)
-    return RedisCacheClient
+        from django_redis.cache import RedisCache
+    except ImportError:
+        return _NotInstalled
+    return RedisCache  # type: ignore[no-any-return]
+
+
+class _NotInstalled:
+    """Stands for the class of a backend whose package is not installed."""
 
 
 Client = redis.Redis | redis.cluster.RedisCluster
