@@ -182,6 +182,21 @@ class KeySpec:
         return spec
 
     @property
+    def template(self) -> str:
+        """The key as a bounded label for every name it makes: the template itself
+        (``"sync:{account_id}"``), the base name for a fixed or None key, and the
+        base name plus ``:<args>`` / ``:<key callable>`` otherwise (contention
+        overviews and metrics group by it, never by the unbounded names)."""
+        key = self.key
+        if key is None:
+            return self.base
+        if key == ARGS:
+            return f"{self.base}:<args>"
+        if callable(key):
+            return f"{self.base}:<key callable>"
+        return str(key)
+
+    @property
     def is_static(self) -> bool:
         """Whether the name does not depend on the arguments."""
         key = self.key

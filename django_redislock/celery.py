@@ -84,10 +84,18 @@ def _skipped(name: str, holder: str | None) -> dict[str, Any]:
     return {"redislock": "skipped", "reason": "lock held", "lock": name, "holder": holder}
 
 
-def _task_meta(task: Task, task_id: str | None, inputs: dict[str, Any]) -> dict[str, Any]:
-    """What a task's lock records: the task, its name as the purpose, and the
-    arguments its lock key was made from (shown in the admin)."""
-    meta = {"kind": "task", "task_id": task_id, "task_name": task.name, "purpose": task.name}
+def _task_meta(
+    task: Task, task_id: str | None, spec: KeySpec, inputs: dict[str, Any]
+) -> dict[str, Any]:
+    """What a task's lock records: the task, its name as the purpose, its key
+    template, and the arguments its lock key was made from (shown in the admin)."""
+    meta = {
+        "kind": "task",
+        "task_id": task_id,
+        "task_name": task.name,
+        "purpose": task.name,
+        "template": spec.template,
+    }
     if inputs:
         meta["args"] = inputs
     return meta
@@ -179,7 +187,8 @@ def run_guarded(
     """
     task_id = task.request.id
     name = spec.render(call_args, kwargs)
-    options: dict[str, Any] = {"meta": _task_meta(task, task_id, spec.inputs(call_args, kwargs))}
+    meta = _task_meta(task, task_id, spec, spec.inputs(call_args, kwargs))
+    options: dict[str, Any] = {"meta": meta}
     if task_id is None:
         owner = config.owner if isinstance(config.owner, str) else None
     else:
@@ -441,7 +450,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             ttl=lease,
             owner=task_id,
             auto_renew=False,
-            meta=_task_meta(self, task_id, config.spec.inputs(call_args, call_kwargs)),
+            meta=_task_meta(self, task_id, config.spec, config.spec.inputs(call_args, call_kwargs)),
         )
         for _ in range(3):  # the holder may release between our attempt and our look
             if lock.acquire(blocking=False):

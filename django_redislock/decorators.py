@@ -287,7 +287,10 @@ def _call_lock(
     return config.make_lock(
         name,
         owner,
-        meta={"kind": "view" if request is not None else "function"},
+        meta={
+            "kind": "view" if request is not None else "function",
+            "template": config.spec.template,
+        },
         purpose=_purpose(config, request),
     )
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from . import signals
 from .engine.backends.base import AsyncBackend, Backend
 from .engine.calls import Call, ExtendResult
+from .engine.contention import Contention, overview
 from .engine.driver import call_async, call_sync
 from .engine.history import HistoryEvent, history_call, parse_history
 from .engine.info import LockInfo
@@ -188,6 +190,38 @@ class LockManager:
         backend = self.source.abackend()
         call = _history_call(backend, name)
         return [] if call is None else parse_history(await call_async(call, backend))
+
+    def contention(
+        self, window: float = 3600.0, *, limit: int = 20, max_locks: int = 20_000
+    ) -> tuple[list[Contention], bool]:
+        """Which locks cost most waiting over the last *window* seconds: the *limit*
+        worst groups (key templates, or lock names), from every lock's history
+        (see :mod:`django_redislock.engine.contention`), and whether every history
+        was read (False when more than *max_locks* names had one). Empty on
+        Redlock, which records no history.
+        """
+        window = validate_seconds(window, "window")
+        backend = self.backend()
+        if backend.features.quorum:
+            return [], True
+        since = datetime.now(timezone.utc) - timedelta(seconds=window)
+        histories: list[tuple[str, list[HistoryEvent]]] = []
+        pattern, cursor, read = backend.keyspace.fence_pattern(), "0", 0
+        while True:
+            cursor, keys = backend.scan_page(pattern, cursor, 1000)
+            texts = [k.decode("utf-8", "replace") if isinstance(k, bytes) else k for k in keys]
+            names = [(k, n) for k in texts if (n := backend.keyspace.name_from_fence_key(k))]
+            cut = len(names) > max_locks - read
+            names = names[: max_locks - read]
+            calls = [history_call(key.encode(), name) for key, name in names]
+            for (_key, name), reply in zip(names, backend.run_many(calls), strict=True):
+                if not isinstance(reply, Exception):
+                    histories.append((name, parse_history(reply)))
+            read += len(names)
+            if cut or (cursor != "0" and read >= max_locks):
+                return overview(histories, since, limit), False
+            if cursor == "0":
+                return overview(histories, since, limit), True
 
     # -- operator actions ------------------------------------------------------
 

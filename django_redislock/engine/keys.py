@@ -108,6 +108,17 @@ class KeySpace:
         head = _tag_part(name_prefix) if name_prefix else ""
         return glob_escape(self._lock_head + head) + "*"
 
+    def fence_pattern(self) -> str:
+        """A SCAN ``MATCH`` pattern for every fence hash (where a lock's history is kept)."""
+        return glob_escape(f"{self.prefix}:fence:{{") + "*"
+
+    def name_from_fence_key(self, key: str) -> str | None:
+        """Return the lock name whose fence hash is *key*, or None if it is not one."""
+        head = f"{self.prefix}:fence:{{"
+        if not (key.startswith(head) and key.endswith("}")):
+            return None
+        return self.name_from_key(self._lock_head + key[len(head) :])
+
     def name_from_key(self, key: str) -> str | None:
         """Return the lock name stored at *key*, or None if *key* is not a lock key."""
         if not (key.startswith(self._lock_head) and key.endswith("}")):
