@@ -117,15 +117,20 @@ class LockManager:
         Names nobody holds are left out; the order of *names* is kept.
         """
         backend = self.backend()
-        return backend.load(_lock_keys(backend, names))
+        return backend.load(_lock_keys(backend, names), waiters=True)
 
     async def aget_many(self, names: Sequence[str]) -> list[LockInfo]:
         """:meth:`get_many` for asyncio."""
         backend = self.source.abackend()
-        return await backend.load(_lock_keys(backend, names))
+        return await backend.load(_lock_keys(backend, names), waiters=True)
 
     def scan_page(
-        self, cursor: str = "0", *, pattern: str | None = None, count: int = 1000
+        self,
+        cursor: str = "0",
+        *,
+        pattern: str | None = None,
+        count: int = 1000,
+        waiters: bool = False,
     ) -> tuple[str, list[LockInfo]]:
         """One step of a walk over the held locks: ``(next cursor, snapshots)``.
 
@@ -133,45 +138,60 @@ class LockManager:
         when the walk is complete (an unreadable cursor starts over). *pattern*
         is a SCAN MATCH pattern over lock keys (default: every lock under the
         prefix; see ``KeySpace.match_pattern``). A step may return no locks
-        while the walk is not complete.
+        while the walk is not complete. Each snapshot has its queue's length;
+        with *waiters*, also who waits (three more reads per lock).
         """
         backend = self.backend()
         pattern = pattern or backend.keyspace.match_pattern("")
         next_cursor, keys = backend.scan_page(pattern, cursor, count)
-        return next_cursor, backend.load(keys)
+        return next_cursor, backend.load(keys, waiters=waiters)
 
     async def ascan_page(
-        self, cursor: str = "0", *, pattern: str | None = None, count: int = 1000
+        self,
+        cursor: str = "0",
+        *,
+        pattern: str | None = None,
+        count: int = 1000,
+        waiters: bool = False,
     ) -> tuple[str, list[LockInfo]]:
         """:meth:`scan_page` for asyncio."""
         backend = self.source.abackend()
         pattern = pattern or backend.keyspace.match_pattern("")
         next_cursor, keys = await backend.scan_page(pattern, cursor, count)
-        return next_cursor, await backend.load(keys)
+        return next_cursor, await backend.load(keys, waiters=waiters)
 
-    def active(self, prefix: str = "", *, batch_size: int = 500) -> Iterator[LockInfo]:
+    def active(
+        self, prefix: str = "", *, batch_size: int = 500, waiters: bool = False
+    ) -> Iterator[LockInfo]:
         """Iterate over the held locks whose name starts with *prefix*.
 
         Uses ``SCAN`` (never ``KEYS``); glob characters in *prefix* match
         themselves. Like SCAN, the listing is not a snapshot: a lock acquired or
         released meanwhile may or may not appear. The pattern matches lock keys
         only, so another tool's non-hash key under the prefix is listed too, as
-        kind ``"foreign"``.
+        kind ``"foreign"``. With *waiters*, each snapshot lists who waits (see
+        :meth:`scan_page`).
         """
         pattern = self.backend().keyspace.match_pattern(_prefix(prefix))
         cursor = "0"
         while True:
-            cursor, infos = self.scan_page(cursor, pattern=pattern, count=batch_size)
+            cursor, infos = self.scan_page(
+                cursor, pattern=pattern, count=batch_size, waiters=waiters
+            )
             yield from infos
             if cursor == "0":
                 return
 
-    async def aactive(self, prefix: str = "", *, batch_size: int = 500) -> AsyncIterator[LockInfo]:
+    async def aactive(
+        self, prefix: str = "", *, batch_size: int = 500, waiters: bool = False
+    ) -> AsyncIterator[LockInfo]:
         """:meth:`active` for asyncio: ``async for info in locks.aactive("report:")``."""
         pattern = self.source.abackend().keyspace.match_pattern(_prefix(prefix))
         cursor = "0"
         while True:
-            cursor, infos = await self.ascan_page(cursor, pattern=pattern, count=batch_size)
+            cursor, infos = await self.ascan_page(
+                cursor, pattern=pattern, count=batch_size, waiters=waiters
+            )
             for info in infos:
                 yield info
             if cursor == "0":

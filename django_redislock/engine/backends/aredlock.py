@@ -90,17 +90,17 @@ class AsyncRedlockBackend(RedlockBase):
                 kept.append(server.text(key))
         return next_position(index, int(next_cursor), len(self.clients)), kept
 
-    async def load(self, keys: Sequence[str]) -> list[LockInfo]:
+    async def load(self, keys: Sequence[str], *, waiters: bool = False) -> list[LockInfo]:
         """:meth:`RedlockBackend.load`, awaitable."""
         if not keys:
             return []
 
         async def one(client: Any) -> list[LockInfo] | Exception:
             pipe = client.pipeline(transaction=False)
-            server.queue_snapshot_reads(pipe, self.keyspace, keys, queue=False)
+            server.queue_snapshot_reads(pipe, self.keyspace, keys, "plain")
             try:
                 return server.snapshots(
-                    self.keyspace, keys, await pipe.execute(raise_on_error=False), queue=False
+                    self.keyspace, keys, await pipe.execute(raise_on_error=False), "plain"
                 )
             except Exception as exc:
                 return exc

@@ -61,8 +61,9 @@ class Backend(Protocol):
     def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
         """One step of a key scan: (next cursor, keys); cursor "0" starts and ends."""
 
-    def load(self, keys: Sequence[str]) -> list[LockInfo]:
-        """Snapshots of the locks at *keys* (those that exist), in one round trip."""
+    def load(self, keys: Sequence[str], *, waiters: bool = False) -> list[LockInfo]:
+        """Snapshots of the locks at *keys* (those that exist), in one round trip, with
+        their queue's length (and, with *waiters*, who waits: ``LockInfo.waiters``)."""
 
     def server_config(self, pattern: str) -> dict[str, str]:
         """The server's ``CONFIG GET pattern`` (raises LockBackendError where refused)."""
@@ -88,8 +89,8 @@ class AsyncBackend(Protocol):
     async def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
         """One step of a key scan: (next cursor, keys)."""
 
-    async def load(self, keys: Sequence[str]) -> list[LockInfo]:
-        """Snapshots of the locks at *keys* (those that exist)."""
+    async def load(self, keys: Sequence[str], *, waiters: bool = False) -> list[LockInfo]:
+        """Snapshots of the locks at *keys* (those that exist); see :meth:`Backend.load`."""
 
     def hub(self) -> AsyncWakeHub:
         """This event loop's wake-up hub for this backend."""

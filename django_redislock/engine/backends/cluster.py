@@ -213,9 +213,10 @@ class _Cluster(BackendState):
         return "0"
 
     @staticmethod
-    def _merge(size: int, groups: list[tuple[Any, list[int]]], answers: list[Any]) -> list[Any]:
-        """The snapshot replies of each node's group back in key order."""
-        step = server.QUEUE_READS
+    def _merge(
+        size: int, groups: list[tuple[Any, list[int]]], answers: list[Any], step: int
+    ) -> list[Any]:
+        """The snapshot replies of each node's group (*step* per key) back in key order."""
         replies: list[Any] = [None] * (step * size)
         for (_node, indices), node_replies in zip(groups, answers, strict=True):
             for n, i in enumerate(indices):
@@ -331,29 +332,30 @@ class ClusterBackend(_Cluster):
         next_cursor, keys = server.scan(node_client, pattern, start, count)
         return self._scan_cursor(primaries, index, next_cursor), keys
 
-    def load(self, keys: Sequence[str]) -> list[LockInfo]:
+    def load(self, keys: Sequence[str], *, waiters: bool = False) -> list[LockInfo]:
         """Snapshot the locks at *keys*: one pipelined round trip per node (once more
         after a resharding moved some of them)."""
         if not keys:
             return []
+        reads = "waiters" if waiters else "length"
         for attempt in range(2):
             try:
-                replies = self._read_snapshots(keys)
+                replies = self._read_snapshots(keys, reads)
             except _ERRORS as exc:
                 raise backend_error(exc, "read the locks", None) from exc
             if attempt or not any(isinstance(r, Exception) and retryable(r) for r in replies):
                 break
             self._refresh()
-        return server.snapshots(self.keyspace, keys, replies)
+        return server.snapshots(self.keyspace, keys, replies, reads)
 
-    def _read_snapshots(self, keys: Sequence[str]) -> list[Any]:
+    def _read_snapshots(self, keys: Sequence[str], reads: str) -> list[Any]:
         groups = self._by_node(keys)
         answers = []
         for node, indices in groups:
             pipe = self._node_client(node).pipeline(transaction=False)
-            server.queue_snapshot_reads(pipe, self.keyspace, [keys[i] for i in indices])
+            server.queue_snapshot_reads(pipe, self.keyspace, [keys[i] for i in indices], reads)
             answers.append(pipe.execute(raise_on_error=False))
-        return self._merge(len(keys), groups, answers)
+        return self._merge(len(keys), groups, answers, server.READS[reads])
 
     def server_config(self, pattern: str) -> dict[str, str]:
         """``CONFIG GET pattern`` of the first primary (in slot order); the primaries
@@ -441,32 +443,33 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
         next_cursor, keys = await server.ascan(node_client, pattern, start, count)
         return self._scan_cursor(primaries, index, next_cursor), keys
 
-    async def load(self, keys: Sequence[str]) -> list[LockInfo]:
+    async def load(self, keys: Sequence[str], *, waiters: bool = False) -> list[LockInfo]:
         """Snapshot the locks at *keys*: the nodes are read concurrently, one
         pipelined round trip each (once more after a resharding moved some)."""
         if not keys:
             return []
+        reads = "waiters" if waiters else "length"
         for attempt in range(2):
             try:
                 await self._ready()
-                replies = await self._read_snapshots(keys)
+                replies = await self._read_snapshots(keys, reads)
             except _ERRORS as exc:
                 raise backend_error(exc, "read the locks", None) from exc
             if attempt or not any(isinstance(r, Exception) and retryable(r) for r in replies):
                 break
             await self.client.nodes_manager.initialize()
-        return server.snapshots(self.keyspace, keys, replies)
+        return server.snapshots(self.keyspace, keys, replies, reads)
 
-    async def _read_snapshots(self, keys: Sequence[str]) -> list[Any]:
+    async def _read_snapshots(self, keys: Sequence[str], reads: str) -> list[Any]:
         groups = self._by_node(keys)
 
         async def read(node: Any, indices: list[int]) -> list[Any]:
             pipe = self._node_client(node).pipeline(transaction=False)
-            server.queue_snapshot_reads(pipe, self.keyspace, [keys[i] for i in indices])
+            server.queue_snapshot_reads(pipe, self.keyspace, [keys[i] for i in indices], reads)
             return list(await pipe.execute(raise_on_error=False))
 
         answers = await asyncio.gather(*(read(node, indices) for node, indices in groups))
-        return self._merge(len(keys), groups, list(answers))
+        return self._merge(len(keys), groups, list(answers), server.READS[reads])
 
     def _subscriber(self) -> Any:
         """The hub subscribes on one node at a time (see :class:`NodePicker`)."""

@@ -311,7 +311,7 @@ class RedlockBackend(RedlockBase):
                 continue
         return False
 
-    def load(self, keys: Sequence[str]) -> list[LockInfo]:
+    def load(self, keys: Sequence[str], *, waiters: bool = False) -> list[LockInfo]:
         """The locks at *keys* as a majority of masters sees them (read from all at once)."""
         if not keys:
             return []
@@ -324,9 +324,7 @@ class RedlockBackend(RedlockBase):
                 per_master.append(got if isinstance(got, Exception) else TimeoutError())
                 continue
             try:
-                per_master.append(
-                    server.snapshots(self.keyspace, keys, _as_dicts(got), queue=False)
-                )
+                per_master.append(server.snapshots(self.keyspace, keys, _as_dicts(got), "plain"))
             except Exception as exc:  # a master whose data cannot be read counts as down
                 per_master.append(exc)
         return [self._snapshot(info) for info in self._merge(keys, per_master)]

@@ -113,42 +113,43 @@ def missing_scripts(calls: Sequence[Call], results: list[Any]) -> list[Script]:
     return list(missing.values())
 
 
-#: Replies per lock in a snapshot with its queue: the hash, its PTTL, the first
-#: queued owners, the queue's length, the waiter entries and Redis's clock.
-QUEUE_READS = 6
-#: Replies per lock in a snapshot without its queue (Redlock: no common queue).
-PLAIN_READS = 2
+#: What a snapshot reads per lock, and how many replies that makes:
+#: ``"plain"`` the hash and its PTTL (Redlock: its masters share no queue);
+#: ``"length"`` also the queue's length (listings: one more command per lock);
+#: ``"waiters"`` also the first queued owners, their entries and Redis's clock
+#: (``get()``: who waits, in order).
+READS = {"plain": 2, "length": 3, "waiters": 6}
 
 
-def snapshot_commands(keyspace: KeySpace, key: Any, *, queue: bool = True) -> list[tuple[Any, ...]]:
-    """The commands that read one lock's snapshot (see :func:`snapshots`); the
-    queue's keys share the lock's hash slot, so a cluster node answers them all."""
+def snapshot_commands(keyspace: KeySpace, key: Any, reads: str) -> list[tuple[Any, ...]]:
+    """The commands that read one lock's snapshot (see :data:`READS`); the queue's
+    keys share the lock's hash slot, so a cluster node answers them all."""
     commands: list[tuple[Any, ...]] = [("HGETALL", key), ("PTTL", key)]
-    if queue:
-        name = keyspace.name_from_key(_key_text(key))
-        keys = keyspace.keys(name) if name is not None else None
-        queue_key = keys.queue if keys else key
+    if reads == "plain":
+        return commands
+    name = keyspace.name_from_key(_key_text(key))
+    keys = keyspace.keys(name) if name is not None else None
+    queue_key = keys.queue if keys else key
+    commands.append(("LLEN", queue_key))
+    if reads == "waiters":
         waiters_key = keys.waiters if keys else key
         commands += [
             ("LRANGE", queue_key, 0, WAITERS_SHOWN - 1),
-            ("LLEN", queue_key),
             ("HGETALL", waiters_key),
             ("TIME",),
         ]
     return commands
 
 
-def queue_snapshot_reads(
-    pipe: Any, keyspace: KeySpace, keys: Sequence[Any], *, queue: bool = True
-) -> None:
+def queue_snapshot_reads(pipe: Any, keyspace: KeySpace, keys: Sequence[Any], reads: str) -> None:
     """Queue the reads of each of *keys* on *pipe* (see :func:`snapshot_commands`)."""
     for key in keys:
-        for command in snapshot_commands(keyspace, key, queue=queue):
+        for command in snapshot_commands(keyspace, key, reads):
             pipe.execute_command(*command)
 
 
 def snapshots(
-    keyspace: KeySpace, keys: Sequence[Any], replies: list[Any], *, queue: bool = True
+    keyspace: KeySpace, keys: Sequence[Any], replies: list[Any], reads: str
 ) -> list[LockInfo]:
     """The locks among *keys* that exist, from the replies of :func:`queue_snapshot_reads`.
 
@@ -156,7 +157,7 @@ def snapshots(
     error raises LockBackendError. A queue that cannot be read leaves the
     waiters unknown rather than failing the snapshot.
     """
-    step = QUEUE_READS if queue else PLAIN_READS
+    step = READS[reads]
     infos: list[LockInfo] = []
     for i, raw_key in enumerate(keys):
         fields, pttl = replies[step * i], replies[step * i + 1]
@@ -171,7 +172,7 @@ def snapshots(
         if name is None or int(pttl) == -2:
             continue
         info = LockInfo.from_redis(name, key, _hash(fields), int(pttl))
-        if info is not None and queue and fields is not None:
+        if info is not None and step > 2 and fields is not None:
             info = _with_queue(info, replies[step * i + 2 : step * i + step])
         if info is not None:
             infos.append(info)
@@ -191,15 +192,19 @@ def _hash(reply: Any) -> Any:
 
 
 def _with_queue(info: LockInfo, replies: Sequence[Any]) -> LockInfo:
-    owners, length, entries, clock = replies
+    """*info* with its queue's length, and with *replies* of ``"waiters"`` reads its waiters."""
     if any(isinstance(r, Exception) for r in replies):
         return info
+    length = int(replies[0])
+    if len(replies) == 1:
+        return dataclasses.replace(info, queue_length=length)
+    owners, entries, clock = replies[1:]
     try:
         now_ms = int(clock[0]) * 1000 + int(clock[1]) // 1000
     except (TypeError, ValueError, IndexError):
         now_ms = None
     waiters = waiters_from_redis(owners, _hash(entries) or {}, now_ms, info.primitive != "mutex")
-    return dataclasses.replace(info, waiters=waiters, queue_length=int(length))
+    return dataclasses.replace(info, waiters=waiters, queue_length=length)
 
 
 def scan_cursor(text: str) -> int:

@@ -82,17 +82,18 @@ class SingleBackend(_Single):
         next_cursor, keys = server.scan(self.client, pattern, server.scan_cursor(cursor), count)
         return str(next_cursor), keys
 
-    def load(self, keys: Sequence[str]) -> list[LockInfo]:
-        """Snapshot the locks at *keys* (HGETALL + PTTL each) in one round trip."""
+    def load(self, keys: Sequence[str], *, waiters: bool = False) -> list[LockInfo]:
+        """Snapshot the locks at *keys* in one round trip (see ``server.READS``)."""
         if not keys:
             return []
         pipe = self.client.pipeline(transaction=False)
-        server.queue_snapshot_reads(pipe, self.keyspace, keys)
+        reads = "waiters" if waiters else "length"
+        server.queue_snapshot_reads(pipe, self.keyspace, keys, reads)
         try:
             replies = pipe.execute(raise_on_error=False)
         except RedisError as exc:
             raise backend_error(exc, "read the locks", None) from exc
-        return server.snapshots(self.keyspace, keys, replies)
+        return server.snapshots(self.keyspace, keys, replies, reads)
 
     def server_config(self, pattern: str) -> dict[str, str]:
         """``CONFIG GET pattern`` as text."""
@@ -134,14 +135,15 @@ class AsyncSingleBackend(AsyncBackendState, _Single):
         next_cursor, keys = await server.ascan(self.client, pattern, start, count)
         return str(next_cursor), keys
 
-    async def load(self, keys: Sequence[str]) -> list[LockInfo]:
-        """Snapshot the locks at *keys* (HGETALL + PTTL each) in one round trip."""
+    async def load(self, keys: Sequence[str], *, waiters: bool = False) -> list[LockInfo]:
+        """Snapshot the locks at *keys* in one round trip (see ``server.READS``)."""
         if not keys:
             return []
         pipe = self.client.pipeline(transaction=False)
-        server.queue_snapshot_reads(pipe, self.keyspace, keys)
+        reads = "waiters" if waiters else "length"
+        server.queue_snapshot_reads(pipe, self.keyspace, keys, reads)
         try:
             replies = await pipe.execute(raise_on_error=False)
         except RedisError as exc:
             raise backend_error(exc, "read the locks", None) from exc
-        return server.snapshots(self.keyspace, keys, replies)
+        return server.snapshots(self.keyspace, keys, replies, reads)
