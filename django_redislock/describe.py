@@ -6,16 +6,19 @@ Liveness comes from :class:`~django_redislock.engine.info.HolderInfo`:
 ``renewed_ago`` (seconds since the lease was last set to its full length, by
 Redis's clock), ``renewing`` and ``overdue``. Waiting times compare Redis's clock
 (when a wait began) with the snapshot's ``observed_at`` (this machine's clock).
+Listings read the queue's length only: :func:`with_waiters` adds who waits.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from .engine.info import HolderInfo, LockInfo, WaiterInfo
+from .manager import LockManager
 
 #: :attr:`Liveness.state` values.
 RENEWED, OVERDUE, RUNS_OUT, NO_EXPIRY, UNKNOWN = (
@@ -246,6 +249,15 @@ def waiter_as_dict(line: WaiterLine) -> dict[str, Any]:
         "lease": waiter.lease,
         **_party(waiter),
     }
+
+
+def with_waiters(manager: LockManager, infos: Sequence[LockInfo]) -> list[LockInfo]:
+    """*infos* from a listing (``active()``, ``scan_page()``: their queues' lengths
+    only), with the waiters of those that have any read again in one round trip
+    (``get_many()``). A lock released meanwhile keeps its listed snapshot."""
+    queued = [info.name for info in infos if info.queue_length and not info.waiters]
+    again = {info.name: info for info in manager.get_many(queued)} if queued else {}
+    return [again.get(info.name, info) for info in infos]
 
 
 def lock_as_dict(info: LockInfo) -> dict[str, Any]:

@@ -20,6 +20,8 @@ import pytest
 import redis
 from django.conf import settings
 
+from django_redislock import locks
+from tests.holding import QueuedWaiters
 from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,6 +124,32 @@ def test_example_pages_and_actions(example_server: str, redis_client: redis.Redi
 
     status, body = browser.post("/hold/", {"name": "smoke:held", "seconds": "3"})
     assert b"is already held" in body
+
+
+def test_locks_json_shows_waiters_and_liveness(example_server: str) -> None:
+    browser = Browser(example_server)
+    browser.get("/")
+    browser.post("/hold/", {"name": "smoke:queued", "seconds": "4"})
+    waiters = QueuedWaiters("smoke:queued")
+    try:
+        waiters.add(locks.lock("smoke:queued", owner="json-waiter", purpose="next in line"), 15)
+        (row,) = _locks(browser)
+        assert row["queue_length"] == 1
+        (waiter,) = row["waiters"]
+        assert (waiter["position"], waiter["owner"], waiter["mode"]) == (
+            1,
+            "json-waiter",
+            "exclusive",
+        )
+        assert waiter["purpose"] == "next in line" and waiter["pid"] == os.getpid()
+        assert waiter["deadline"] is not None and waiter["waited"] >= 0
+        # The example's hold is renewed by its watchdog (ttl 10 s): renewed moments ago.
+        assert row["renewing"] is True and row["overdue"] is False
+        assert 0 <= row["renewed_ago"] < 5
+        (holder,) = row["holders"]
+        assert holder["renewing"] is True and holder["renewed_ago"] == row["renewed_ago"]
+    finally:
+        waiters.close()
 
 
 def test_embedded_redis_stops_with_its_keeper(tmp_path: Path) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from django_redislock import LockInfo, locks
+from django_redislock import locks
+from django_redislock.describe import lock_as_dict, with_waiters
 
 from . import demos
 
@@ -64,31 +64,14 @@ def hold(request: HttpRequest) -> HttpResponse:
     return redirect("home")
 
 
-def _as_json(info: LockInfo) -> dict[str, Any]:
-    def number(value: float | None) -> float | None:
-        return None if value is None or math.isinf(value) else round(value, 3)
-
-    return {
-        "name": info.name,
-        "owner": info.owner,
-        "hold_count": info.hold_count,
-        "fencing_token": info.fencing_token,
-        "acquired_at": info.acquired_at.isoformat() if info.acquired_at else None,
-        "ttl": number(info.ttl),
-        "lease": number(info.lease),
-        "host": info.host,
-        "pid": info.pid,
-        "thread": info.thread,
-        "purpose": info.purpose,
-        "extra": info.extra,
-    }
-
-
 @require_GET
 def locks_json(request: HttpRequest) -> JsonResponse:
-    """The held locks (``locks.active()``), optionally filtered by ``?prefix=``."""
+    """The held locks (``locks.active()``), optionally filtered by ``?prefix=``: each as
+    ``manage.py redislock show NAME --json`` prints it, with its holders, liveness
+    (``renewed_ago``, ``renewing``, ``overdue``), ``waiters`` in order and ``queue_length``."""
     prefix = request.GET.get("prefix", "")
-    rows = sorted((_as_json(info) for info in locks.active(prefix)), key=lambda r: r["name"])
+    infos = with_waiters(locks, list(locks.active(prefix)))
+    rows = sorted((lock_as_dict(info) for info in infos), key=lambda r: r["name"])
     return JsonResponse({"locks": rows})
 
 

@@ -22,10 +22,14 @@ from django_redislock.describe import (
     lock_as_dict,
     short_holder,
     waiter_lines,
+    with_waiters,
 )
 from django_redislock.engine.info import HolderInfo, LockInfo
 from django_redislock.exceptions import LockError
 from django_redislock.manager import LockManager
+
+#: Locks printed at a time by ``list`` (``--json`` reads their waiters in one round trip).
+BATCH = 200
 
 
 def _lease(ttl: float | None) -> str:
@@ -137,14 +141,30 @@ class Command(BaseCommand):
 
     def _list(self, manager: LockManager, options: dict[str, Any]) -> None:
         count = 0
+        batch: list[LockInfo] = []
         for info in manager.active(options["prefix"]):
             if count >= options["limit"]:
+                self._print(manager, batch, options["json"])
+                batch = []
                 self.stdout.write(f"... stopped after {options['limit']} locks (use --limit)")
                 break
             count += 1
-            if options["json"]:
+            batch.append(info)
+            if len(batch) >= BATCH:
+                self._print(manager, batch, options["json"])
+                batch = []
+        self._print(manager, batch, options["json"])
+        if not options["json"]:
+            self.stdout.write(f"{count} lock(s) held")
+
+    def _print(self, manager: LockManager, infos: list[LockInfo], as_json: bool) -> None:
+        """One line per lock (and per holder of a semaphore or read-write lock), or
+        one JSON object per lock with its waiters."""
+        if as_json:
+            for info in with_waiters(manager, infos):
                 self.stdout.write(json.dumps(lock_as_dict(info)))
-                continue
+            return
+        for info in infos:
             alive = liveness(info).loud_text
             if info.primitive == "mutex":
                 self.stdout.write(
@@ -158,8 +178,6 @@ class Command(BaseCommand):
             )
             for holder in info.holders:
                 self.stdout.write(_holder_line(holder))
-        if not options["json"]:
-            self.stdout.write(f"{count} lock(s) held")
 
     def _show(self, manager: LockManager, options: dict[str, Any]) -> None:
         info = manager.get(options["name"])

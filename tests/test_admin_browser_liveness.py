@@ -1,0 +1,177 @@
+"""Waiters and liveness in the admin lock viewer, in a real Chromium (Playwright).
+
+A child process holds a lock and is stopped with SIGSTOP, so its renewals stop for
+real; two threads of this process wait for the lock. The list shows the queue length
+and the holder as overdue (highlighted, the exact seconds on hover), the "only
+overdue holders" filter keeps it, and its detail page lists the waiters in order
+beside the overdue holder. From 1280 to 1920 px, with the admin's navigation sidebar
+open or folded, the list fits its page: long names are cut with the full name on
+hover, and no column is pushed out of sight (Holds and Fencing token give way first).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from django_redislock import locks
+from tests.holding import QueuedWaiters, wait_until
+from tests.test_admin_browser import CHROMIUM, _admin_page, _holding
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+STUCK = "report:1"
+#: The stopped holder's lease: overdue once half of it passes without a renewal, gone
+#: when all of it does. Long enough for the pages to be looked at in between.
+LEASE = 14
+LONG_NAME = "tenant-export:" + "acme-corporation-emea-" * 6 + "2024-06"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
+]
+
+HOLDER = textwrap.dedent(
+    f"""
+    import os, sys
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+    django.setup()
+    from django_redislock import locks
+    lk = locks.lock({STUCK!r}, ttl={LEASE}, purpose="build the monthly report")
+    assert lk.acquire(blocking=False)
+    print(lk.owner, flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+@pytest.fixture
+def stuck_holder() -> Iterator[subprocess.Popen[str]]:
+    """A child process holding STUCK (renewed by its watchdog until the test stops it;
+    let go on again at the end, so it can exit)."""
+    with _holding(HOLDER) as (proc, owner):
+        assert owner
+        try:
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGCONT)
+
+
+@pytest.fixture
+def waiting() -> Iterator[QueuedWaiters]:
+    """Threads waiting for STUCK."""
+    waiters = QueuedWaiters(STUCK)
+    yield waiters
+    waiters.close()
+
+
+def _row(name: str) -> str:
+    return f'#result_list tr[data-lock-name="{name}"]'
+
+
+def test_waiters_and_an_overdue_holder(
+    transactional_db: None,
+    admin_user: Any,
+    live_server: Any,
+    stuck_holder: subprocess.Popen[str],
+    waiting: QueuedWaiters,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    waiting.add(locks.lock(STUCK, owner="second-run", ttl=30, purpose="a duplicate run"), 60)
+    waiting.add(locks.lock(STUCK, owner="third-run", ttl=30), None)
+    with _admin_page(live_server, 700) as page:
+        row = _row(STUCK)
+        expect(page.locator(f"{row} .field-waiting")).to_have_text("2")
+        expect(page.locator(f"{row} .field-renewed")).to_contain_text("renewed")
+        expect(page.locator(f"{row} .redislock-overdue")).to_have_count(0)
+
+        stuck_holder.send_signal(signal.SIGSTOP)
+        wait_until(lambda: getattr(locks.get(STUCK), "overdue", False), timeout=LEASE / 2 + 2)
+        page.reload()
+        overdue = page.locator(f"{row} .redislock-overdue")
+        expect(overdue).to_have_text(re.compile(r"^not renewed for \d+(\.\d)? s$"))
+        assert "lease last set" in (overdue.get_attribute("title") or "")
+        color = overdue.evaluate("el => getComputedStyle(el).color")
+        plain = page.locator(f"{row} .field-purpose").evaluate("el => getComputedStyle(el).color")
+        assert color != plain
+
+        page.click("text=only overdue holders")
+        page.wait_for_url("**overdue=1**")
+        expect(page.locator("#result_list tbody tr")).to_have_count(1)
+        page.screenshot(path=str(tmp_path / "list-overdue.png"), full_page=True)
+
+        page.click(f"{row} .field-waiting a")
+        expect(page.locator("#waiter_list tr.redislock-waiter")).to_have_count(2)
+        first, second = page.locator("#waiter_list tr.redislock-waiter").all()
+        expect(first.locator(".field-position")).to_have_text("1")
+        expect(first.locator(".field-owner")).to_have_text("second-run")
+        expect(first.locator(".field-purpose")).to_have_text("a duplicate run")
+        expect(first.locator(".field-who")).to_contain_text(f"pid {os.getpid()}")
+        expect(first.locator(".field-deadline")).to_contain_text("in ")
+        expect(second.locator(".field-owner")).to_have_text("third-run")
+        expect(second.locator(".field-deadline")).to_have_text("no limit")
+        expect(page.locator(".field-renewed .redislock-overdue")).to_contain_text("not renewed for")
+        page.screenshot(path=str(tmp_path / "detail-waiters.png"), full_page=True)
+    assert locks.get(STUCK) is not None  # looked at within the stopped holder's lease
+
+
+@pytest.fixture
+def many_locks() -> Iterator[None]:
+    """A lock with a long name and a long purpose, among ordinary ones."""
+    held = [
+        locks.lock(LONG_NAME, ttl=60, auto_renew=False, purpose="export " * 20 + "(slow)"),
+        locks.lock("invoice:1042", ttl=60, purpose="POST /invoices/1042/generate/"),
+        locks.semaphore("export:tenant-3", 3, ttl=60, purpose="billing.export_tenant"),
+    ]
+    for lk in held:
+        assert lk.acquire(blocking=False)
+    yield
+    for lk in held:
+        lk.release()
+
+
+def _fits(page: Page, width: int, sidebar: bool) -> None:
+    """At *width* px, with the nav sidebar open or not, every column is on screen."""
+    page.set_viewport_size({"width": width, "height": 700})
+    page.reload()
+    assert page.is_visible("#nav-sidebar") == sidebar
+    results = page.locator("#changelist-form .results")
+    scroll, client = results.evaluate("el => [el.scrollWidth, el.clientWidth]")
+    assert scroll <= client, f"the list scrolls sideways at {width} px ({scroll} > {client})"
+    for column in ("field-name", "field-lease", "field-renewed", "field-waiting", "field-purpose"):
+        box = page.locator(f"{_row(LONG_NAME)} .{column}").bounding_box()
+        assert box and box["x"] + box["width"] <= width, f"{column} off-screen at {width} px"
+
+
+def test_the_list_fits_beside_the_nav_sidebar(
+    transactional_db: None, admin_user: Any, live_server: Any, many_locks: None, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    with _admin_page(live_server, 700) as page:
+        name = page.locator(f"{_row(LONG_NAME)} .field-name a")
+        expect(name).to_have_attribute("title", LONG_NAME)
+        cut = name.evaluate("el => el.scrollWidth > el.clientWidth")
+        assert cut, "the long name is cut to its column"
+        for width in (1280, 1440, 1600, 1920):
+            _fits(page, width, sidebar=True)
+            page.screenshot(path=str(tmp_path / f"list-{width}.png"), full_page=True)
+        # Where there is room (no sidebar, a wide window) Holds and Fencing token show too.
+        expect(page.locator("#result_list th.column-fence")).to_be_hidden()
+        page.click("#toggle-nav-sidebar")
+        for width in (1280, 1440, 1600, 1920):
+            _fits(page, width, sidebar=False)
+        expect(page.locator("#result_list th.column-fence")).to_be_visible()
+        expect(page.locator(f"{_row(LONG_NAME)} .field-count")).to_have_text("1")
