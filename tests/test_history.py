@@ -134,3 +134,43 @@ def test_the_history_keeps_the_newest_events(name: str) -> None:
     assert events[0].holder == f"holder {HISTORY_MAX + 2}"
     assert events[-1].holder == "holder 3"
     assert all(a.at >= b.at for a, b in zip(events, events[1:], strict=False))
+
+
+def test_semaphores_and_read_write_locks_keep_a_history(name: str) -> None:
+    first = locks.semaphore(name, 1, owner="first")
+    assert first.acquire()
+    got = threading.Event()
+
+    def wait() -> None:
+        second = locks.semaphore(name, 1, owner="second")
+        assert second.acquire(timeout=10)
+        got.set()
+        second.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: getattr(locks.get(name), "queue_length", 0) == 1)
+    assert not locks.semaphore(name, 1, owner="impatient").acquire(timeout=0.2)
+    first.release()
+    thread.join(10)
+    assert got.is_set()
+    handoff, timeout = locks.history(name)
+    assert (handoff.event, handoff.holder, handoff.waiter) == ("handoff", "first", "second")
+    assert handoff.held is not None and handoff.waited is not None and handoff.waited > 0.15
+    assert (timeout.event, timeout.waiter) == ("timeout", "impatient")
+
+    rw = f"{name}:rw"
+    stalled = locks.rw_lock(rw, owner="stalled writer", ttl=1, auto_renew=False)
+    assert stalled.write().acquire()
+    reader = locks.rw_lock(rw, owner="reader").read()
+    assert reader.acquire(timeout=10)  # after the writer's lease ran out
+    reader.release()
+    events = locks.history(rw)
+    assert [(e.event, e.holder) for e in events] == [("expired", "stalled writer")]
+    assert events[0].held is not None and 0.9 < events[0].held < 3
+
+    held = locks.semaphore(f"{name}:forced", 2, owner="stuck")
+    assert held.acquire()
+    assert locks.force_release(f"{name}:forced", owner="stuck")
+    (forced,) = locks.history(f"{name}:forced")
+    assert (forced.event, forced.holder) == ("forced", "stuck")

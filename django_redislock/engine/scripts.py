@@ -180,6 +180,18 @@ local function record(entry)
   redis.call('HSET', F, 'hist', cjson.encode(list))
 end
 
+-- A waiter's entry as a history entry's "waited" part (its metadata is the
+-- entry's last field, whatever the primitive).
+local function waited_by(entry, w, e)
+  entry.w = w
+  entry.wt = now_ms() - (tonumber(split(e, 2)[2]) or now_ms())
+  local f = entry_fields(e)
+  entry.wm = f[#f]
+  return entry
+end
+"""
+
+_HISTORY_MUTEX = r"""
 -- The current holder as a history entry's "held" part (from the lock hash).
 local function held_by(entry)
   local h = redis.call('HMGET', L, 'owner', 'since', 'meta')
@@ -187,15 +199,6 @@ local function held_by(entry)
     entry.o, entry.m = h[1], h[3] or ''
     entry.h = now_ms() - (tonumber(h[2]) or now_ms())
   end
-  return entry
-end
-
--- A waiter's entry as a history entry's "waited" part.
-local function waited_by(entry, w, e)
-  entry.w = w
-  local p = split(e, 6)
-  entry.wt = now_ms() - (tonumber(p[2]) or now_ms())
-  entry.wm = p[7]
   return entry
 end
 
@@ -216,6 +219,7 @@ _QUEUE = (
     # expiry|since|deadline|ttl|channel|nonce|meta -> {expiry, ttl, channel, nonce, meta}
     + entry_fields_fragment(4)
     + _HISTORY
+    + _HISTORY_MUTEX
     + _LIVE_HEAD
     + _ENQUEUE
     + r"""
@@ -562,6 +566,9 @@ RELEASE_HEAD_FRAGMENT = _RELEASE_HEAD
 CLOCK_FRAGMENT = _CLOCK
 SPLIT_FRAGMENT = _SPLIT
 LIVE_HEAD_FRAGMENT = _LIVE_HEAD
+#: ``record(entry)`` and ``waited_by(entry, w, e)``: a lock's history (needs ``F``,
+#: ``split``, ``entry_fields``, ``now_ms``; HISTORY_MAX is replaced by the user).
+HISTORY_FRAGMENT = _HISTORY.replace("HISTORY_MAX", str(HISTORY_MAX))
 #: ``enqueue(owner, nonce, life, tail, wait_left)`` (needs ``Q``, ``E``, ``split``,
 #: ``entry_fields``, ``now_ms``, ``num``).
 ENQUEUE_FRAGMENT = _ENQUEUE

@@ -37,6 +37,7 @@ from .scripts import (
     ENQUEUE_FRAGMENT,
     ENTRY_LIFE_MS,
     HANDOFF_CLAIM_MS,
+    HISTORY_FRAGMENT,
     LIVE_HEAD_FRAGMENT,
     SPLIT_FRAGMENT,
     Script,
@@ -81,16 +82,6 @@ local L, F, Q, E, Z = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
     + _HOLDERS
     + r"""
 
--- Drop the holders whose lease ran out (Redis's clock).
-local function purge()
-  local now = now_ms()
-  local dead = redis.call('ZRANGEBYSCORE', Z, '-inf', now)
-  if #dead == 0 then return end
-  for _, m in ipairs(dead) do redis.call('HDEL', L, m) end
-  redis.call('ZREMRANGEBYSCORE', Z, '-inf', now)
-  local w = redis.call('HGET', L, 'writer')
-  if w and not redis.call('ZSCORE', Z, 'w:' .. w) then redis.call('HDEL', L, 'writer') end
-end
 
 -- Whether *owner* may hold in *mode* now, queue aside.
 local function admits(mode, owner, limit)
@@ -131,9 +122,37 @@ end
     # expiry|since|deadline|ttl|channel|nonce|<mode><limit>|meta
     #   -> {expiry, ttl, channel, nonce, <mode><limit>, meta}
     + entry_fields_fragment(5)
+    + HISTORY_FRAGMENT
     + LIVE_HEAD_FRAGMENT
     + ENQUEUE_FRAGMENT
     + r"""
+-- Drop the holders whose lease ran out (Redis's clock); while someone waits,
+-- each goes into the history (a holder that crashed or stalled).
+local function purge()
+  local now = now_ms()
+  local dead = redis.call('ZRANGEBYSCORE', Z, '-inf', now)
+  if #dead == 0 then return end
+  local gone = {}
+  if redis.call('EXISTS', Q) == 1 then gone = redis.call('HMGET', L, unpack(dead)) end
+  for _, m in ipairs(dead) do redis.call('HDEL', L, m) end
+  redis.call('ZREMRANGEBYSCORE', Z, '-inf', now)
+  local w = redis.call('HGET', L, 'writer')
+  if w and not redis.call('ZSCORE', Z, 'w:' .. w) then redis.call('HDEL', L, 'writer') end
+  for i, s in pairs(gone) do
+    if s then
+      local r = rec(s)
+      record({e = 'expired', o = string.sub(dead[i], 3), h = now - tonumber(r[3]), m = r[8]})
+    end
+  end
+end
+
+-- The holder (field *member*, record *r*) whose leaving hands places on, as a
+-- history entry's "held" part; set by a release, read by handoff().
+local leaving = nil
+local function left_by(member, r)
+  leaving = {o = string.sub(member, 3), h = now_ms() - tonumber(r[3]), m = r[8]}
+end
+
 -- Grant every waiter at the head that may hold now, in order, and wake each.
 -- A hand-off is leased for the claim window until its waiter claims it. When
 -- the head is *me* (the caller of an acquire, with *my* nonce, ttl and meta),
@@ -155,6 +174,9 @@ local function handoff(retention, me, my)
       if ttl > CLAIM_MS then ttl = CLAIM_MS end
       local fence = grant(mode, limit, w, p[4], p[2], p[6], ttl, retention)
       redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
+      if leaving then
+        record(waited_by({e = 'handoff', o = leaving.o, h = leaving.h, m = leaving.m}, w, e))
+      end
     end
   end
 end
@@ -275,6 +297,7 @@ if c > 0 then
   return c
 end
 drop(member)
+left_by(member, r)
 local kept, n = {nonce}, 1
 for old in string.gmatch(redis.call('HGET', F, 'rels') or '', '%S+') do
   if n >= KEPT then break end
@@ -346,8 +369,10 @@ if held then
   local r = rec(held)
   if r[5] == nonce then return {r[2], r[1]} end
 end
+local e = redis.call('HGET', E, owner)
 redis.call('LREM', Q, 0, owner)
 redis.call('HDEL', E, owner)
+if e and entry_fields(e)[4] == nonce then record(waited_by({e = 'timeout'}, owner, e)) end
 purge()
 settle(retention)
 return -1
@@ -372,6 +397,8 @@ for _, m in ipairs(members) do
        and (want_fence == '' or rec(s)[2] == want_fence) then
     drop(m)
     dropped = dropped + 1
+    local r = rec(s)
+    record({e = 'forced', o = string.sub(m, 3), h = now_ms() - tonumber(r[3]), m = r[8]})
   end
 end
 if dropped == 0 then return -1 end
