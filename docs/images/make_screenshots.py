@@ -1,14 +1,17 @@
-"""Regenerate docs/images/admin-locks.png and admin-holders.png from the example project.
+"""Regenerate docs/images/admin-locks.png, admin-holders.png and admin-waiters.png from
+the example project.
 
     .venv/bin/python docs/images/make_screenshots.py
 
 Runs ``scripts/example`` on a free port (it starts its own redis-server and
 Celery worker), then makes real contention: a ``build_report`` task running
-under ``report:1`` with a duplicate queued (the worker skips it) and a waiter
-from another process, a lock held from the home page's "Hold it" form, a view
+under ``report:1`` with a duplicate queued (the worker skips it) and two waiters
+from another process, the worker process running it stopped with SIGSTOP until
+the admin shows it overdue (then SIGCONT), a lock held from the home page's "Hold
+it" form, a view
 guarded by ``@single_instance`` holding ``invoice:1042``, and two calls of a
 ``@single_instance(..., limit=3)`` function holding ``export:tenant-3``. It logs
-in to the admin as admin/admin with Debian's Chromium (Playwright), saves both
+in to the admin as admin/admin with Debian's Chromium (Playwright), saves the
 pages, and stops everything it started. Needs ``/usr/bin/chromium`` and
 Playwright (``pip install playwright``).
 """
@@ -77,8 +80,11 @@ def hold(mode: str) -> None:
                 raise SystemExit("the export calls did not start")
         print("held", flush=True)
     elif mode == "waiter":
-        waiter = locks.lock("report:1", ttl=30)
-        threading.Thread(target=waiter.acquire, kwargs={"timeout": WAIT}, daemon=True).start()
+        first = locks.lock("report:1", ttl=30, purpose="report for account 1 (API call)")
+        threading.Thread(target=first.acquire, kwargs={"timeout": WAIT}, daemon=True).start()
+        while not (info := locks.get("report:1")) or not info.waiters:
+            time.sleep(0.05)  # queued first: the next thread waits behind it
+        threading.Thread(target=locks.lock("report:1", ttl=30).acquire, daemon=True).start()
         print("waiting", flush=True)
     sys.stdin.readline()
     done.set()
@@ -150,10 +156,15 @@ def example_redis_url(base: str, log: Path) -> str | None:
     return match.group(1) if match and answers(base + "/") else None
 
 
+def lock_row(base: str, name: str) -> dict[str, Any] | None:
+    """The example's /locks.json row of *name*, or None when it is not held."""
+    with urllib.request.urlopen(f"{base}/locks.json?prefix={name}", timeout=5) as response:
+        return next((row for row in json.load(response)["locks"] if row["name"] == name), None)
+
+
 def held(base: str, name: str) -> bool:
     """Whether the example's /locks.json lists *name*."""
-    with urllib.request.urlopen(f"{base}/locks.json?prefix={name}", timeout=5) as response:
-        return any(row["name"] == name for row in json.load(response)["locks"])
+    return lock_row(base, name) is not None
 
 
 def start_holder(mode: str, redis_url: str) -> subprocess.Popen[str]:
@@ -178,6 +189,21 @@ def start_holder(mode: str, redis_url: str) -> subprocess.Popen[str]:
     return process
 
 
+def stop_report_worker(base: str) -> int:
+    """SIGSTOP the worker process running ``report:1``'s task; return its pid once the
+    example shows the lock overdue (its 10 s lease then has about 5 s left)."""
+    row = lock_row(base, "report:1")
+    if row is None or not row["pid"]:
+        raise SystemExit("report:1 is not held by a worker process")
+    os.kill(row["pid"], signal.SIGSTOP)
+    try:
+        wait_for(lambda: (lock_row(base, "report:1") or {}).get("overdue"), "report:1 overdue")
+    except BaseException:
+        os.kill(row["pid"], signal.SIGCONT)
+        raise
+    return int(row["pid"])
+
+
 def submit(page: Any, form: str, **fields: str) -> None:
     """Fill and submit one of the example home page's forms."""
     for field, value in fields.items():
@@ -197,9 +223,9 @@ def take_screenshots(base: str, redis_url: str) -> None:
             page = browser.new_page(viewport={"width": 1600, "height": 700})
             page.set_default_timeout(20_000)
             page.goto(base + "/")
-            submit(page, "report", account_id="1", seconds="20")
+            submit(page, "report", account_id="1", seconds="60")
             wait_for(lambda: held(base, "report:1"), "the worker to run build_report")
-            submit(page, "report", account_id="1", seconds="20")  # a duplicate: skipped
+            submit(page, "report", account_id="1", seconds="60")  # a duplicate: skipped
             submit(page, "hold", name="billing:account-17", seconds="60")
             holders += [start_holder(mode, redis_url) for mode in ("waiter", "view", "export")]
             page.goto(f"{base}/admin/login/?next={LIST_PATH}")
@@ -209,9 +235,18 @@ def take_screenshots(base: str, redis_url: str) -> None:
             page.wait_for_url(base + LIST_PATH)
             if page.is_visible("#nav-sidebar"):
                 page.click("#toggle-nav-sidebar")  # the table gets the whole width
-            page.reload()
-            page.wait_for_selector("#result_list")
-            page.screenshot(path=str(IMAGES / "admin-locks.png"), full_page=True)
+            worker = stop_report_worker(base)
+            try:
+                page.reload()
+                page.wait_for_selector("#result_list .redislock-overdue")
+                page.screenshot(path=str(IMAGES / "admin-locks.png"), full_page=True)
+                page.click("#result_list a:text-is('report:1')")
+                page.wait_for_selector("#waiter_list .redislock-waiter")
+                page.wait_for_selector(".field-renewed .redislock-overdue")
+                page.screenshot(path=str(IMAGES / "admin-waiters.png"), full_page=True)
+            finally:
+                os.kill(worker, signal.SIGCONT)
+            page.goto(base + LIST_PATH)
             page.click("a:text-is('export:tenant-3')")
             page.wait_for_selector("tr.redislock-holder")
             page.screenshot(path=str(IMAGES / "admin-holders.png"), full_page=True)
@@ -239,7 +274,7 @@ def main() -> None:
             take_screenshots(base, redis_url)
         finally:
             stop_example(process)
-    print(f"wrote {IMAGES / 'admin-locks.png'} and {IMAGES / 'admin-holders.png'}")
+    print(f"wrote admin-locks.png, admin-holders.png and admin-waiters.png in {IMAGES}")
 
 
 if __name__ == "__main__":
