@@ -6,7 +6,8 @@ from django.apps import AppConfig
 
 
 class RedisLockConfig(AppConfig):
-    """Registers the system checks of django-redislock, and its Celery integration."""
+    """Registers the system checks of django-redislock, its Celery integration, and
+    its metrics when ``REDISLOCK_METRICS`` names an exporter."""
 
     name = "django_redislock"
     verbose_name = "Redis locks"
@@ -19,6 +20,13 @@ class RedisLockConfig(AppConfig):
             # Registers the task hooks of @single_instance and connects the worker's
             # revoke handler, in every process that may send or run tasks.
             from . import celery  # noqa: F401
+
+        from .conf import setting
+
+        if setting("REDISLOCK_METRICS"):  # else the metrics package is not even imported
+            from .metrics import enable_from_settings
+
+            enable_from_settings()
 
 
 def _celery_installed() -> bool:

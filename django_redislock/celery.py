@@ -452,6 +452,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             auto_renew=False,
             meta=_task_meta(self, task_id, config.spec, config.spec.inputs(call_args, call_kwargs)),
         )
+        lock.metrics_group = config.metrics_group
         for _ in range(3):  # the holder may release between our attempt and our look
             if lock.acquire(blocking=False):
                 break

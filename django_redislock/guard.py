@@ -23,9 +23,10 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from ._keys_template import KeySpec
+from ._keys_template import ARGS, KeySpec
 from .engine.history import HistoryEvent, hold_spread
 from .engine.info import HolderInfo, LockInfo
 from .exceptions import LockNotAcquired
@@ -87,12 +88,24 @@ class GuardConfig:
         return _default_manager()
 
     def make_lock(self, name: str, owner: str | None, **options: Any) -> Lock:
-        """A Lock on *name* with this config's lease (a Semaphore with a ``limit``)."""
+        """A Lock on *name* with this config's lease (a Semaphore with a ``limit``),
+        labelled for metrics with :attr:`metrics_group`."""
         if self.ttl is not None:
             options["ttl"] = self.ttl
+        lock: Lock
         if self.limit is not None:
-            return self.lock_manager().semaphore(name, self.limit, owner=owner, **options)
-        return self.lock_manager().lock(name, owner=owner, **options)
+            lock = self.lock_manager().semaphore(name, self.limit, owner=owner, **options)
+        else:
+            lock = self.lock_manager().lock(name, owner=owner, **options)
+        lock.metrics_group = self.metrics_group
+        return lock
+
+    @cached_property
+    def metrics_group(self) -> str:
+        """The bounded label of this guard's locks in metrics: the key template
+        (``"sync:{account_id}"``), else the function's or task's dotted name."""
+        key = self.spec.key
+        return key if isinstance(key, str) and key != ARGS else self.spec.base
 
     def acquire(self, lock: Lock, *, wait: bool = False) -> bool:
         """Try *lock* within ``timeout`` (0: one attempt; None: no limit)."""

@@ -24,6 +24,7 @@ import os
 import threading
 from asyncio.events import _get_running_loop
 from collections.abc import Coroutine
+from time import monotonic
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -61,6 +62,8 @@ from .exceptions import (
 from .handler import BackendSource, default_source
 
 if TYPE_CHECKING:
+    from django.dispatch import Signal
+
     from .engine.backends.base import AsyncBackend, Backend
     from .engine.info import HolderInfo, LockInfo
 
@@ -120,6 +123,10 @@ class Lock:
 
     #: The mode of a semaphore's or read-write lock's hold (None: a mutex).
     _shared: Shared | None = None
+    #: The bounded name metrics label this lock's events with (``group``): set to
+    #: the key template by ``@single_instance`` and Celery task locks; None: the
+    #: ``REDISLOCK_METRICS_GROUPS`` rule applied to the name (see docs/metrics.md).
+    metrics_group: str | None = None
 
     def __init__(
         self,
@@ -359,7 +366,13 @@ class Lock:
             _refuse_in_event_loop(self.name, "acquire()", "aacquire()")
         backend = self._source.backend()
         op = self._acquire_op(backend, owner, blocking, timeout)
-        return self._settle_acquire(owner, run_sync(flows.acquire(op), backend))
+        started = _start_clock()
+        try:
+            attempt = run_sync(flows.acquire(op), backend)
+        except LockBackendError as error:
+            self._backend_error(owner, "acquire", error)
+            raise
+        return self._settle_acquire(owner, attempt, blocking, started)
 
     def aacquire(
         self,
@@ -385,12 +398,16 @@ class Lock:
     async def _aacquire(self, owner: str, blocking: bool, timeout: float | None) -> bool:
         backend = self._source.abackend()
         op = self._acquire_op(backend, owner, blocking, timeout)
+        started = _start_clock()
         try:
             attempt = await run_async(flows.acquire(op), backend)
         except asyncio.CancelledError:
             await _finish_in_background(self._undo_acquire(op, owner, backend))
             raise
-        return self._settle_acquire(owner, attempt)
+        except LockBackendError as error:
+            self._backend_error(owner, "acquire", error)
+            raise
+        return self._settle_acquire(owner, attempt, blocking, started)
 
     async def _undo_acquire(self, op: flows.AcquireOp, owner: str, backend: AsyncBackend) -> None:
         """After a cancelled aacquire: leave the queue, and give back a grant that happened."""
@@ -399,8 +416,12 @@ class Lock:
             call = self._release_call(backend, owner, new_nonce(), False)
             await call_async(call, backend)
 
-    def _settle_acquire(self, owner: str, attempt: Attempt) -> bool:
+    def _settle_acquire(self, owner: str, attempt: Attempt, blocking: bool, started: float) -> bool:
+        """Record an acquire's outcome; *started*: its ``_start_clock()`` (0: not timed)."""
         if not attempt.held:
+            if signals.lock_not_acquired.receivers:
+                waited = monotonic() - started if started else 0.0
+                self._send(signals.lock_not_acquired, owner, waited=waited, blocking=blocking)
             return False
         self._know(owner, attempt.holds)
         hold, replaced = self._holds.acquired(owner, attempt.value, attempt.holds)
@@ -421,13 +442,15 @@ class Lock:
             )
         # On the hot path: only build the signal call when somebody listens.
         if signals.lock_acquired.receivers:
-            signals.lock_acquired.send(
-                sender=Lock,
-                lock=self,
-                name=self.name,
-                owner=owner,
+            now = monotonic()
+            if not hold.since:
+                hold.since = now
+            self._send(
+                signals.lock_acquired,
+                owner,
                 fencing_token=attempt.value,
                 hold_count=attempt.holds,
+                waited=now - started if started else 0.0,
             )
         return True
 
@@ -482,8 +505,8 @@ class Lock:
         call = self._release_call(backend, owner, nonce, everything)
         try:
             remaining = int(call_sync(call, backend))
-        except LockBackendError:
-            self._release_unconfirmed(owner, everything)
+        except LockBackendError as error:
+            self._release_unconfirmed(owner, everything, error)
             raise
         return self._settle_release(owner, everything, remaining)
 
@@ -496,8 +519,8 @@ class Lock:
         except asyncio.CancelledError:
             await _finish_in_background(self._finish_release(call, backend, owner, everything))
             raise
-        except LockBackendError:
-            self._release_unconfirmed(owner, everything)
+        except LockBackendError as error:
+            self._release_unconfirmed(owner, everything, error)
             raise
         return self._settle_release(owner, everything, remaining)
 
@@ -525,7 +548,8 @@ class Lock:
         explicit owner nor a guard's, whose holds other Lock objects count)."""
         return self._owner is None and guard_owner(self.name) != owner
 
-    def _release_unconfirmed(self, owner: str, everything: bool) -> None:
+    def _release_unconfirmed(self, owner: str, everything: bool, error: LockBackendError) -> None:
+        self._backend_error(owner, "release", error)
         self._holds.release_failed(owner)
         # The release may or may not have happened. It counts as done: should it
         # not have, the owner's next acquire drops the hold instead of counting
@@ -546,10 +570,26 @@ class Lock:
                 name=self.name,
             )
         if signals.lock_released.receivers:
-            signals.lock_released.send(
-                sender=Lock, lock=self, name=self.name, owner=owner, hold_count=remaining
-            )
+            held = None
+            if forgotten is not None and forgotten.since:
+                held = monotonic() - forgotten.since
+            self._send(signals.lock_released, owner, hold_count=remaining, held=held)
         return remaining
+
+    def _send(self, signal: Signal, owner: str, **values: Any) -> None:
+        """Send *signal* about *owner*'s hold of this lock (the caller checked that it
+        has receivers: on the hot path, nothing is built for a signal nobody hears)."""
+        signal.send(sender=Lock, lock=self, name=self.name, owner=owner, **values)
+
+    def _backend_error(self, owner: str, operation: str, error: LockBackendError) -> None:
+        """Tell ``lock_backend_error``'s receivers that *operation* failed on Redis."""
+        if signals.lock_backend_error.receivers:
+            self._send(signals.lock_backend_error, owner, operation=operation, error=error)
+
+    def _renewed(self, owner: str, error: BaseException | None) -> None:
+        """The watchdog's news of one renewal of *owner*'s hold (*error*: it failed)."""
+        if signals.lock_renewed.receivers:
+            self._send(signals.lock_renewed, owner, error=error)
 
     def _forget(self, owner: str) -> None:
         """Drop *owner*'s local hold without telling Redis (its lease runs out)."""
@@ -836,6 +876,13 @@ class Lock:
 
     def __repr__(self) -> str:
         return f"<Lock {self.name!r} ttl={self.ttl_seconds}>"
+
+
+def _start_clock() -> float:
+    """The start of an acquire call, for the signals' ``waited`` (0: nobody listens)."""
+    if signals.lock_acquired.receivers or signals.lock_not_acquired.receivers:
+        return monotonic()
+    return 0.0
 
 
 _lease_cache: dict[Any, tuple[int, bytes]] = {}

@@ -128,6 +128,42 @@ def validate_log_level(value: Any, name: str) -> int:
     raise ValueError(f"{name} must be one of {', '.join(LOG_LEVELS)} (or 0 to 50), not {value!r}")
 
 
+#: The exporters ``REDISLOCK_METRICS`` may name (see docs/metrics.md).
+METRICS_EXPORTERS = ("prometheus", "opentelemetry")
+
+
+def validate_metrics(value: Any, name: str) -> tuple[str, ...]:
+    """None, one exporter name or a list of them: the exporters, without repeats."""
+    if value is None:
+        return ()
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)):
+        raise TypeError(
+            f"{name} must be None, 'prometheus', 'opentelemetry' or a list of those, "
+            f"not {type(value).__name__}"
+        )
+    for entry in names:
+        if entry not in METRICS_EXPORTERS:
+            raise ValueError(
+                f"{name}: unknown metrics exporter {entry!r}; "
+                f"use {' or '.join(map(repr, METRICS_EXPORTERS))}"
+            )
+    return tuple(dict.fromkeys(names))
+
+
+def validate_metrics_groups(value: Any, name: str) -> tuple[str, ...] | None:
+    """None (a name's part before its first ``:``), or lock name prefixes: the
+    prefixes, longest first (a name's group is the longest one it starts with)."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be None or a list of lock name prefixes, not {value!r}")
+    for entry in value:
+        if not isinstance(entry, str) or not entry:
+            raise ValueError(f"{name} entries are non-empty lock name prefixes; got {entry!r}")
+    return tuple(sorted(set(value), key=len, reverse=True))
+
+
 #: Every setting this package reads, in the order docs/settings.md lists them.
 SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec(
@@ -196,6 +232,18 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "WARNING",
         validate_log_level,
         "the level of the log line of a task run skipped because its lock was held",
+    ),
+    SettingSpec(
+        "REDISLOCK_METRICS",
+        None,
+        validate_metrics,
+        "export lock metrics: 'prometheus', 'opentelemetry', a list of both, or None (off)",
+    ),
+    SettingSpec(
+        "REDISLOCK_METRICS_GROUPS",
+        None,
+        validate_metrics_groups,
+        "lock name prefixes that label metrics (None: the name's part before its first ':')",
     ),
 )
 

@@ -4,11 +4,28 @@ Every signal is sent with ``sender`` = the :class:`~django_redislock.Lock` class
 and these keyword arguments: ``lock`` (the Lock instance), ``name`` (the lock
 name) and ``owner`` (the owner token), plus:
 
-* ``lock_acquired``: ``fencing_token``, ``hold_count``.
-* ``lock_released``: ``hold_count`` (what is left; 0 = the lock is free).
+* ``lock_acquired``: ``fencing_token``, ``hold_count``, ``waited`` (seconds the
+  acquire call took, waiting included).
+* ``lock_not_acquired``: ``waited`` (seconds the call took) and ``blocking``
+  (False: a one-attempt acquire found the lock held; True: a wait gave up at its
+  timeout). Sent when ``acquire()``/``aacquire()`` returns False.
+* ``lock_released``: ``hold_count`` (what is left; 0 = the lock is free) and
+  ``held`` (seconds since the grant that began the owner's hold, when this
+  release ended it; None for a re-entrant inner release, or when the grant was
+  made while nobody listened to ``lock_acquired``).
 * ``lock_lost``: ``reason``. May be sent from the watchdog thread.
 * ``lock_contended``: ``pttl`` (remaining lease of the holder in seconds, or
   None), sent once per acquire call that found the lock held.
+* ``lock_renewed``: ``error`` (None: the watchdog's renewal was confirmed; else
+  the exception of a renewal that failed and will be retried; a renewal that
+  finds the lock gone sends ``lock_lost`` instead). Sent from the watchdog's
+  threads.
+* ``lock_backend_error``: ``operation`` (``"acquire"`` or ``"release"``) and
+  ``error`` (the :class:`~django_redislock.exceptions.LockBackendError` about
+  to be raised).
+
+Each is sent only when it has receivers (the lock checks first), so an
+unobserved signal costs nothing on the lock's hot path.
 
 ``force_released`` is sent by :meth:`~django_redislock.LockManager.force_release` with
 ``sender`` = the manager class, ``name``, ``info`` (the LockInfo before release,
@@ -21,4 +38,7 @@ lock_acquired = Signal()
 lock_released = Signal()
 lock_lost = Signal()
 lock_contended = Signal()
+lock_not_acquired = Signal()
+lock_renewed = Signal()
+lock_backend_error = Signal()
 force_released = Signal()

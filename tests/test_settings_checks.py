@@ -53,6 +53,10 @@ BAD_VALUES = [
     ("REDISLOCK_VIEW_ON_REDIS_ERROR", "fail", "'closed'"),
     ("REDISLOCK_TASK_SKIP_LOG_LEVEL", "LOUD", "one of DEBUG, INFO"),
     ("REDISLOCK_TASK_SKIP_LOG_LEVEL", 99, "0 to 50"),
+    ("REDISLOCK_METRICS", "statsd", "unknown metrics exporter 'statsd'"),
+    ("REDISLOCK_METRICS", {"prometheus": True}, "must be None, 'prometheus'"),
+    ("REDISLOCK_METRICS_GROUPS", "billing:", "list of lock name prefixes"),
+    ("REDISLOCK_METRICS_GROUPS", ["billing:", ""], "non-empty lock name prefixes"),
 ]
 
 

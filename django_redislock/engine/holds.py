@@ -28,6 +28,9 @@ class Hold:
     #: Its last release is on its way to Redis: a renewal that finds the lock
     #: gone meanwhile is that release, not a loss.
     releasing: bool = False
+    #: When the grant that began it was made (``time.monotonic()``; 0: not recorded,
+    #: the lock records it only for ``lock_acquired``'s receivers).
+    since: float = 0.0
 
 
 class HoldTable:

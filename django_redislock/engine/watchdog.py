@@ -44,6 +44,8 @@ class Renewable(Protocol):
 
     def _mark_lost(self, owner: str, reason: str) -> None: ...
 
+    def _renewed(self, owner: str, error: BaseException | None) -> None: ...
+
 
 class WatchEntry:
     """One (lock, owner) the watchdog keeps alive."""
@@ -266,6 +268,7 @@ class Watchdog:
             logger.exception("redislock renewal batch failed unexpectedly")
             failure = exc
         lost: list[tuple[WatchEntry, str]] = []
+        renewed: list[tuple[WatchEntry, BaseException | None]] = []
         with self._cond:
             self._busy.discard(backend_id)
             now = time.monotonic()
@@ -280,14 +283,23 @@ class Watchdog:
                     )
                     entry.due = now + entry.retry_in
                     entry.slack = 0.0  # retry at that time, not at once
+                    renewed.append((entry, result))
                 elif result == 1:
                     entry.confirmed_at = started
                     entry.due = started + entry.ttl_ms / 3000.0
                     entry.slack = entry.retry_in
+                    renewed.append((entry, None))
                 else:
                     self._entries.pop(id(entry), None)
                     lost.append((entry, "the lock was no longer held by this owner at renewal"))
             self._cond.notify()
+        for entry, error in renewed:  # outside the condition: receivers may take time
+            lock = entry.lock_ref()
+            try:
+                if lock is not None:
+                    lock._renewed(entry.owner, error)
+            except Exception:  # a receiver's failure must not skip the losses below
+                logger.exception("redislock: a lock_renewed receiver failed")
         for entry, reason in lost:
             self._lose(entry, reason)
 

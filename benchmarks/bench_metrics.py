@@ -1,0 +1,144 @@
+#!/usr/bin/env python
+"""What lock metrics cost: uncontended acquire + release with metrics off and on, paired.
+
+One invocation, one throw-away local redis-server, one process. Modes rotate every
+``--batch`` operations (the order rotates too), so a shared machine's noise hits
+them alike; compare the medians of one run with each other, never across runs:
+
+* ``off``: no exporter enabled; the lock signals have no receivers (the cost when
+  neither prometheus_client nor opentelemetry-api is installed is this one: the
+  metrics package is then never imported);
+* ``prometheus``: ``metrics.enable("prometheus")`` (the default registry);
+* ``otel``: ``metrics.enable("opentelemetry")`` with the SDK's MeterProvider and
+  an in-memory reader configured as the global provider (recording for real);
+* ``both``: the two at once.
+
+Each operation is ``lock.acquire()`` + ``lock.release()`` of a free lock (one Lock
+object per batch), timed with ``perf_counter_ns``.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_metrics.py              # ~30 s
+    .venv/bin/python benchmarks/bench_metrics.py --rounds 10 --batch 200   # a smoke test
+
+Results: a table on stdout and JSON in ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+import bench_locks as bl  # noqa: E402  (puts the repository on sys.path)
+
+MODES = ("off", "prometheus", "otel", "both")
+_EXPORTERS = {
+    "off": (),
+    "prometheus": ("prometheus",),
+    "otel": ("opentelemetry",),
+    "both": ("prometheus", "opentelemetry"),
+}
+
+
+def _use_otel_sdk() -> None:
+    """Make the SDK's meter provider (with an in-memory reader) the global one."""
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    otel_metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+
+def batch(mode: str, count: int) -> list[float]:
+    """*count* acquire + release pairs in *mode*, each in microseconds."""
+    from django_redislock import metrics
+
+    metrics.disable()
+    if _EXPORTERS[mode]:
+        metrics.enable(*_EXPORTERS[mode])
+    lock = bl.manager().lock(f"bench:metrics:{mode}", ttl=30)
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(count):
+        start = clock()
+        lock.acquire()
+        lock.release()
+        out.append((clock() - start) / 1000)
+    metrics.disable()
+    return out
+
+
+def run(rounds: int, size: int, warmup: int) -> dict[str, Any]:
+    """Rounds of one batch per mode, the order rotating each round."""
+    for mode in MODES:
+        batch(mode, warmup)
+    samples: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for r in range(rounds):
+        order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
+        for mode in order:
+            samples[mode].extend(batch(mode, size))
+    off = statistics.median(samples["off"])
+    results: dict[str, Any] = {}
+    for mode in MODES:
+        values = sorted(samples[mode])
+        median = statistics.median(values)
+        results[mode] = {
+            "ops": len(values),
+            "median_us": median,
+            "p90_us": values[int(len(values) * 0.9)],
+            "overhead_us": median - off,
+            "ratio": median / off,
+        }
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the table and write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--redis-url", help="an existing Redis (default: start one)")
+    parser.add_argument("--out", help="the JSON file (default: benchmarks/results/...)")
+    args = parser.parse_args(argv)
+    server, url = bl.redis_server(args.redis_url)
+    try:
+        bl.configure(url)
+        _use_otel_sdk()
+        results = run(args.rounds, args.batch, args.warmup)
+    finally:
+        if server is not None:
+            server.stop()
+    rows = [
+        [
+            mode,
+            str(r["ops"]),
+            bl.fmt(r["median_us"]),
+            bl.fmt(r["p90_us"]),
+            f"{r['overhead_us']:+.1f}",
+            f"{r['ratio']:.3f}",
+        ]
+        for mode, r in results.items()
+    ]
+    print("uncontended acquire + release, one process (us)")
+    print(bl.table(["metrics", "ops", "median", "p90", "overhead", "x off"], rows))
+    bl.write_json(
+        {
+            "experiment": "metrics",
+            "args": vars(args),
+            "python": sys.version.split()[0],
+            "machine": platform.machine(),
+            "results": results,
+        },
+        args.out,
+        "metrics-%Y-%m-%d-%H%M%S.json",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
