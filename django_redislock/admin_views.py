@@ -40,6 +40,7 @@ from .describe import (
     describe_process,
     describe_task,
     liveness,
+    queue_text,
     waiter_lines,
 )
 from .engine.info import HolderInfo, LockInfo
@@ -338,6 +339,7 @@ def change_view(model_admin: ViewerAdmin, request: HttpRequest, object_id: str) 
         "extra_json": _pretty(mutex.extra if mutex else None),
         "task_result_url": _task_result_url(model_admin, mutex.task_id if mutex else None),
         "waiters": waiter_lines(info) if info else [],
+        "waiting": queue_text(info) if info else "",
     }
     return TemplateResponse(
         request, "django_redislock/admin/lock_detail.html", context, status=200 if info else 404

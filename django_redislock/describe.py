@@ -178,6 +178,18 @@ class WaiterLine:
         return f"in {seconds_text(self.gives_up_in or 0.0)}"
 
 
+def queue_text(info: LockInfo) -> str:
+    """How many wait: ``"3"``, or ``"50 listed of 64 in the queue"`` when the list is
+    shorter (it is capped, or the queue still counts a waiter that just died);
+    ``"0 (Redlock: no common queue)"``."""
+    listed = len(info.waiters)
+    if info.queue_length is None:
+        return f"{listed} (Redlock: no common queue)"
+    if info.queue_length != listed:
+        return f"{listed} listed of {info.queue_length} in the queue"
+    return str(listed)
+
+
 def waiter_lines(info: LockInfo) -> list[WaiterLine]:
     """The live waiters of *info*, first in line first (see :attr:`LockInfo.waiters`)."""
     now = info.observed_at

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Iterator
 from datetime import datetime
 from io import StringIO
@@ -252,3 +253,26 @@ def test_holders_of_a_semaphore_each_have_their_liveness(name: str) -> None:
     finally:
         live.kill()
         stuck.kill()
+
+
+def test_the_listed_waiters_are_capped_and_say_so(name: str) -> None:
+    holder = locks.lock(name, owner="holder", ttl=60, auto_renew=False)
+    assert holder.acquire()
+
+    def wait(n: int) -> None:
+        lock = locks.lock(name, owner=f"w{n:02}", ttl=30)
+        if lock.acquire(timeout=30):  # each in turn, once the holder leaves
+            lock.release()
+
+    threads = [threading.Thread(target=wait, args=(n,), daemon=True) for n in range(51)]
+    try:
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: getattr(locks.get(name), "queue_length", 0) == 51, timeout=20)
+        text = _run("show", name)
+        assert "waiters: 50 listed of 51 in the queue\n" in text
+        assert text.count("\n  #") == 50
+    finally:
+        holder.release()
+        for thread in threads:
+            thread.join(40)

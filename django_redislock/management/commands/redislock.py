@@ -20,6 +20,7 @@ from django_redislock.describe import (
     WaiterLine,
     liveness,
     lock_as_dict,
+    queue_text,
     short_holder,
     waiter_lines,
     with_waiters,
@@ -40,16 +41,6 @@ def _lease(ttl: float | None) -> str:
 
 def _queue(info: LockInfo) -> str:
     return f"queue={'-' if info.queue_length is None else info.queue_length}"
-
-
-def _waiting(info: LockInfo, listed: int) -> str:
-    """``3``, or ``50 listed of 64 in the queue`` when they differ (the list is capped,
-    or the queue still counts a waiter that just died); Redlock has no common queue."""
-    if info.queue_length is None:
-        return f"{listed} (Redlock: no common queue)"
-    if info.queue_length != listed:
-        return f"{listed} listed of {info.queue_length} in the queue"
-    return str(listed)
 
 
 def _primitive(info: LockInfo) -> str:
@@ -187,14 +178,15 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(data))
             return
-        holders, waiters = data.pop("holders"), data.pop("waiters")
+        holders = data.pop("holders")
+        del data["waiters"]
         for key, value in data.items():
             self.stdout.write(f"{key:>14}: {value}")
         self.stdout.write(f"{'liveness':>14}: {liveness(info).loud_text}")
         self.stdout.write(f"{'holders':>14}: {len(holders)}")
         for holder in info.holders:
             self.stdout.write(_holder_line(holder))
-        self.stdout.write(f"{'waiters':>14}: {_waiting(info, len(waiters))}")
+        self.stdout.write(f"{'waiters':>14}: {queue_text(info)}")
         for line in waiter_lines(info):
             self.stdout.write(_waiter_line(line))
 
