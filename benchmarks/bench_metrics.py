@@ -14,7 +14,11 @@ them alike; compare the medians of one run with each other, never across runs:
 * ``both``: the two at once.
 
 Each operation is ``lock.acquire()`` + ``lock.release()`` of a free lock (one Lock
-object per batch), timed with ``perf_counter_ns``.
+object per batch), timed with ``perf_counter_ns``. Round trips to Redis dominate
+that figure and a shared machine makes it noisy, so a second experiment,
+``recording``, times what metrics add without Redis: the ``lock_acquired`` and
+``lock_released`` signals an acquire + release sends, with their receivers, per
+mode (CPU only; what the first experiment's overhead should be).
 
 Run from the repository root::
 
@@ -72,6 +76,32 @@ def batch(mode: str, count: int) -> list[float]:
     return out
 
 
+def recording(mode: str, count: int) -> float:
+    """Microseconds per acquire + release's worth of signals in *mode* (no Redis)."""
+    from django_redislock import metrics, signals
+    from django_redislock.lock import Lock
+
+    metrics.disable()
+    if _EXPORTERS[mode]:
+        metrics.enable(*_EXPORTERS[mode])
+    lock = bl.manager().lock("bench:metrics:recording", ttl=30)
+    acquired, released = signals.lock_acquired, signals.lock_released
+    start = time.perf_counter_ns()
+    for _ in range(count):
+        if acquired.receivers:
+            acquired.send(
+                sender=Lock, lock=lock, name=lock.name, owner="o", fencing_token=1,
+                hold_count=1, waited=0.0002,
+            )  # fmt: skip
+        if released.receivers:
+            released.send(
+                sender=Lock, lock=lock, name=lock.name, owner="o", hold_count=0, held=0.01
+            )
+    took = (time.perf_counter_ns() - start) / 1000 / count
+    metrics.disable()
+    return took
+
+
 def run(rounds: int, size: int, warmup: int) -> dict[str, Any]:
     """Rounds of one batch per mode, the order rotating each round."""
     for mode in MODES:
@@ -100,6 +130,8 @@ def run(rounds: int, size: int, warmup: int) -> dict[str, Any]:
             "overhead_us": median - off,
             "paired_overhead_us": statistics.median(paired[mode]),
             "ratio": median / off,
+            # The best of several runs: the CPU cost, with the least interference.
+            "recording_us": min(recording(mode, 20 * size) for _ in range(5)),
         }
     return results
 
@@ -136,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     print("uncontended acquire + release, one process (us)")
     print(bl.table(["metrics", "ops", "median", "p90", "overhead", "paired", "x off"], rows))
     print("paired: the median over rounds of (batch median - that round's off batch median)")
+    print()
+    print("recording: the signals of one acquire + release with their receivers, no Redis (us)")
+    costs = [[mode, f"{r['recording_us']:.2f}"] for mode, r in results.items()]
+    print(bl.table(["metrics", "us"], costs))
     bl.write_json(
         {
             "experiment": "metrics",
