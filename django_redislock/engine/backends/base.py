@@ -163,7 +163,9 @@ def call_error(exc: RedisError, call: Call) -> Exception:
     """The exception a failed *call* raises: AmbiguousReply when it may have run."""
     if isinstance(exc, AMBIGUOUS_ERRORS):
         return AmbiguousReply(exc)
-    if isinstance(exc, OutOfMemoryError) or str(exc).startswith("OOM"):
+    # Redis 7 answers "OOM ..." (an OutOfMemoryError); Redis 6.2 reports a write
+    # refused inside a script as a script error naming "-OOM command not allowed".
+    if isinstance(exc, OutOfMemoryError) or str(exc).startswith("OOM") or "-OOM " in str(exc):
         err = LockBackendError(
             f"Redis is out of memory (maxmemory reached) and refused to {call.action}: {exc}; "
             "releasing, cancelling and renewing still work",

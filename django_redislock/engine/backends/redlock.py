@@ -60,6 +60,18 @@ DOWN_BACKOFF_MAX = 8.0
 BATCH_TIMEOUT = (0.2, 0.0001)
 
 
+#: redis-py before 5.3 requires a command name in ``get_connection``; 5.3 and
+#: later deprecate passing one (a DeprecationWarning).
+_POOL_WANTS_COMMAND_NAME = tuple(int(p) for p in redis.__version__.split(".")[:2]) < (5, 3)
+
+
+def _checkout(pool: Any) -> Any:
+    """A connection from *pool*, asked for the way this redis-py wants."""
+    if _POOL_WANTS_COMMAND_NAME:
+        return pool.get_connection("EVALSHA")
+    return pool.get_connection()
+
+
 class RedlockBase:
     """What both Redlock backends hold."""
 
@@ -231,7 +243,7 @@ class RedlockBackend(RedlockBase):
             if self._left_out(i):
                 continue
             try:
-                conn = conns[i] = client.connection_pool.get_connection()
+                conn = conns[i] = _checkout(client.connection_pool)
                 data = packed.get(id(commands[i]))
                 if data is None:
                     data = packed[id(commands[i])] = conn.pack_commands(commands[i])
