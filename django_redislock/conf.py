@@ -15,7 +15,7 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
 from .settings_spec import SETTINGS, SPECS
-from .standalone import lookup
+from .standalone import lookup, on_change
 
 #: Every setting this package reads, with its default (from the table in
 #: :mod:`django_redislock.settings_spec`, which also says what each one means).
@@ -69,3 +69,4 @@ def clear_cache(**kwargs: Any) -> None:
 
 
 setting_changed.connect(clear_cache, dispatch_uid="django_redislock.conf")
+on_change(clear_cache)

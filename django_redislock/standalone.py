@@ -17,9 +17,19 @@ Without Django there is no cache alias to borrow a client from: set
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
+from .settings_spec import SPECS, suggest_setting
+
 _configured: dict[str, Any] = {}
+#: Called after each configure() (conf drops its cache of setting values).
+_on_change: list[Callable[[], None]] = []
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call *listener* whenever :func:`configure` changes a setting."""
+    _on_change.append(listener)
 
 
 def configure(**settings: Any) -> None:
@@ -32,16 +42,14 @@ def configure(**settings: Any) -> None:
     Raises ValueError for a name that is not a setting of this package (with the
     closest known name).
     """
-    from .conf import DEFAULTS, clear_cache
-    from .settings_spec import suggest_setting
-
     for name in settings:
-        if name not in DEFAULTS:
+        if name not in SPECS:
             close = suggest_setting(name)
             hint = f"; did you mean {close}?" if close else ""
             raise ValueError(f"{name} is not a django-redislock setting{hint}")
     _configured.update(settings)
-    clear_cache()
+    for listener in _on_change:
+        listener()
 
 
 def lookup(name: str, default: Any) -> Any:
