@@ -60,9 +60,14 @@ nox.options.error_on_missing_interpreters = True
 
 
 def _put_pyenv_pythons_on_path() -> None:
-    """Let nox find every pyenv-installed Python, not only the shims of the global one."""
+    """Let nox find the pyenv-installed Pythons we support, not only the global one's shims.
+
+    Newest first: ``python3`` in a session without a virtualenv (``dist``) is then 3.13.
+    """
     root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    found = sorted(glob.glob(os.path.join(root, "versions", "3.*", "bin")), reverse=True)
+    found = []
+    for python in sorted(PYTHONS, key=lambda v: tuple(map(int, v.split("."))), reverse=True):
+        found += sorted(glob.glob(os.path.join(root, "versions", f"{python}.*", "bin")))
     if found:
         os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
 
