@@ -88,12 +88,14 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return update_wrapper(wrapper, view)
 
     def get_urls(self) -> list[URLPattern]:
-        """The list, detail, release and extend pages (no add/change/delete forms)."""
+        """The list, detail, release, extend and contention pages (no add/change/delete
+        forms)."""
         name = f"{self.opts.app_label}_{self.opts.model_name}"
         return [
             path("", self._wrap(self.changelist_view), name=f"{name}_changelist"),
             path("release/", self._wrap(self.release_view), name=f"{name}_release"),
             path("extend/", self._wrap(self.extend_view), name=f"{name}_extend"),
+            path("contention/", self._wrap(self.contention_view), name=f"{name}_contention"),
             path("<path:object_id>/change/", self._wrap(self.change_view), name=f"{name}_change"),
         ]
 
@@ -120,6 +122,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def extend_view(self, request: HttpRequest) -> HttpResponse:
         """Confirm, then extend the leases of the selected locks."""
         return admin_views.extend_view(self, request)
+
+    def contention_view(self, request: HttpRequest) -> HttpResponse:
+        """Which lock groups cost most waiting lately (the contention overview)."""
+        return admin_views.contention_view(self, request)
 
 
 admin.site.register(HeldLock, HeldLockAdmin)

@@ -29,6 +29,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
+from .admin_contention import contention_page, history_context
 from .admin_listing import scan_window
 from .admin_query import REFRESH_CHOICES, filter_choices, params_of, qs, query_from, sort_links
 from .admin_targets import Target, describe_primitive
@@ -214,6 +215,7 @@ def _context(model_admin: ViewerAdmin, request: HttpRequest, title: str) -> dict
         "list_url": model_admin.url("changelist"),
         "release_url": model_admin.url("release"),
         "extend_url": model_admin.url("extend"),
+        "contention_url": model_admin.url("contention"),
         "has_release_permission": model_admin.has_release_permission(request),
         "has_extend_permission": model_admin.has_extend_permission(request),
         "key_prefix": _key_prefix(model_admin),
@@ -335,15 +337,25 @@ def change_view(model_admin: ViewerAdmin, request: HttpRequest, object_id: str) 
         "name": name,
         "row": _row(model_admin, info) if info else None,
         "holders": _holder_rows(model_admin, info) if info and not mutex else [],
-        "meta_json": _pretty(mutex.meta if mutex else None),
+        "meta_json": _pretty(
+            {k: v for k, v in mutex.meta.items() if k != "args"} if mutex else None
+        ),
         "extra_json": _pretty(mutex.extra if mutex else None),
         "task_result_url": _task_result_url(model_admin, mutex.task_id if mutex else None),
         "waiters": waiter_lines(info) if info else [],
         "waiting": queue_text(info) if info else "",
+        "task_args_json": _pretty(mutex.meta.get("args") if mutex else None),
+        **history_context(model_admin, name),
     }
     return TemplateResponse(
         request, "django_redislock/admin/lock_detail.html", context, status=200 if info else 404
     )
+
+
+def contention_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:
+    """Which lock groups cost most waiting lately (see :mod:`.admin_contention`)."""
+    _require_view(model_admin, request)
+    return contention_page(model_admin, request, _context(model_admin, request, "Lock contention"))
 
 
 def _action_targets(

@@ -79,3 +79,15 @@ class QueuedWaiters:
         self.done.set()
         for thread in self.threads:
             thread.join(40)
+
+
+def contend(guarded: Callable[[float], object], name: str, hold: float = 0.3) -> None:
+    """Two calls of *guarded* (a function guarded by the lock *name*, taking how long to
+    hold it): the second waits for the first and is handed the lock (one hand-off)."""
+    first = threading.Thread(target=guarded, args=(hold,))
+    first.start()
+    wait_until(lambda: locks.get(name) is not None)
+    second = threading.Thread(target=guarded, args=(0,))
+    second.start()
+    first.join(10)
+    second.join(10)

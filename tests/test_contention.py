@@ -3,12 +3,12 @@ from the locks' histories. Real contention between threads on the suite's Redis.
 
 from __future__ import annotations
 
-import threading
 import time
+from collections.abc import Callable
 
 from django_redislock import locks, single_instance
 from django_redislock.engine.contention import NAMES_SHOWN
-from tests.holding import wait_until
+from tests.holding import contend
 
 
 @single_instance("report:{n}", timeout=10)
@@ -18,23 +18,23 @@ def report(n: int, hold: float) -> None:
 
 
 def _contend(n: int) -> None:
-    """Two calls of report(n): the second waits for the first and is handed the lock."""
-    first = threading.Thread(target=report, args=(n, 0.3))
-    first.start()
-    wait_until(lambda: locks.get(f"report:{n}") is not None)
-    second = threading.Thread(target=report, args=(n, 0))
-    second.start()
-    first.join(10)
-    second.join(10)
+    """One hand-off of report:<n> between two calls."""
+    contend(lambda hold: report(n, hold), f"report:{n}")
 
 
-def test_waits_are_summed_per_key_template_and_ranked() -> None:
-    _contend(1)
-    _contend(2)
+def contention_scenario(contend_on: Callable[[int], None]) -> None:
+    """Two hand-offs on two names of one key template (*contend_on*), and a waiter that
+    gives up on the plain lock "plain:x"."""
+    contend_on(1)
+    contend_on(2)
     holder = locks.lock("plain:x", owner="holder")
     assert holder.acquire()
     assert not locks.lock("plain:x", owner="impatient").acquire(timeout=0.1)
     holder.release()
+
+
+def test_waits_are_summed_per_key_template_and_ranked() -> None:
+    contention_scenario(_contend)
 
     groups, complete = locks.contention(60)
     assert complete

@@ -1,4 +1,6 @@
-"""``manage.py redislock``: list, show, release and extend locks from the shell.
+"""``manage.py redislock``: list, show, release and extend locks from the shell; read
+one lock's recent ``history`` and the ``contention`` overview (which locks cost most
+waiting lately).
 
 A semaphore or read-write lock is shown with every holder (mode, owner, token,
 lease); ``release`` and ``extend`` act on the holders matching ``--owner`` and/or
@@ -21,9 +23,16 @@ from django_redislock.describe import (
     liveness,
     lock_as_dict,
     queue_text,
+    seconds_text,
     short_holder,
     waiter_lines,
     with_waiters,
+)
+from django_redislock.describe_history import (
+    contention_as_dict,
+    event_as_dict,
+    history_lines,
+    spreads,
 )
 from django_redislock.engine.info import HolderInfo, LockInfo
 from django_redislock.exceptions import LockError
@@ -85,7 +94,8 @@ class Command(BaseCommand):
 
     help = (
         "Inspect and act on django-redislock locks: list [--prefix P] | show NAME | "
-        "release NAME [--owner O] [--token N] | extend NAME SECONDS [--owner O] [--token N]"
+        "history NAME | contention [--window S] | release NAME [--owner O] [--token N] | "
+        "extend NAME SECONDS [--owner O] [--token N]"
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -98,6 +108,15 @@ class Command(BaseCommand):
         show = sub.add_parser("show", help="show one lock and all its holders")
         show.add_argument("name")
         show.add_argument("--json", action="store_true")
+        history = sub.add_parser("history", help="what happened to one lock lately")
+        history.add_argument("name")
+        history.add_argument("--json", action="store_true")
+        contention = sub.add_parser("contention", help="which locks cost most waiting lately")
+        contention.add_argument(
+            "--window", type=float, default=3600.0, help="seconds back from now (3600)"
+        )
+        contention.add_argument("--limit", type=int, default=20, help="how many groups (20)")
+        contention.add_argument("--json", action="store_true", help="one JSON object per line")
         release = sub.add_parser("release", help="force-release a lock or holder (operator action)")
         release.add_argument("name")
         extend = sub.add_parser("extend", help="add time to a lease (operator action)")
@@ -122,6 +141,8 @@ class Command(BaseCommand):
             "show": self._show,
             "release": self._release,
             "extend": self._extend,
+            "history": self._history,
+            "contention": self._contention,
         }
         try:
             handlers[options["action"]](manager, options)
@@ -129,6 +150,38 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         except (TypeError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
+
+    def _history(self, manager: LockManager, options: dict[str, Any]) -> None:
+        events = manager.history(options["name"])
+        if options["json"]:
+            self.stdout.write(json.dumps([event_as_dict(e) for e in events]))
+            return
+        if not events:
+            self.stdout.write(f"nothing recorded for {options['name']!r}")
+            return
+        for key, text in spreads(events).items():
+            if text:
+                self.stdout.write(f"{key:>7}: {text}")
+        for line in history_lines(events):
+            self.stdout.write(
+                f"{line.event.at:%Y-%m-%d %H:%M:%S}\t{line.event.event}\t"
+                f"holder={line.holder}\theld={line.held or '-'}\t"
+                f"waiter={line.waiter}\twaited={line.waited or '-'}"
+            )
+
+    def _contention(self, manager: LockManager, options: dict[str, Any]) -> None:
+        groups, complete = manager.contention(options["window"], limit=options["limit"])
+        for entry in groups:
+            if options["json"]:
+                self.stdout.write(json.dumps(contention_as_dict(entry)))
+                continue
+            self.stdout.write(
+                f"{entry.group}\tlocks={entry.locks}\twaits={entry.waits}\t"
+                f"waited={seconds_text(entry.waited)}\tlongest={seconds_text(entry.longest_wait)}"
+                f"\ttimeouts={entry.timeouts}\texpiries={entry.expiries}\tforced={entry.forced}"
+            )
+        if not complete:
+            self.stdout.write("... not every lock's history was read (too many names)")
 
     def _list(self, manager: LockManager, options: dict[str, Any]) -> None:
         count = 0
