@@ -137,3 +137,31 @@ def test_forked_child_neither_renews_nor_releases_parents_lock(
     time.sleep(0.8)
     assert lock.owned()
     lock.release()
+
+
+def test_a_held_lock_collected_mid_round_does_not_stop_the_watchdog(
+    manager: LockManager, name: str
+) -> None:
+    # A Lock dropped while held is unwatched by its weakref callback, which marks
+    # the entry inactive and then waits for the watchdog's condition. If the
+    # watchdog's round runs first, it finds the entry's lock gone; when that was
+    # the only entry, the round used to wait(inf) and the thread died
+    # (OverflowError), so no lock of the process was renewed any more. The
+    # callback's first step is replayed here, then the round is woken.
+    import gc
+
+    lock = manager.lock(f"{name}:dropped", ttl=30)
+    lock.acquire()
+    entry = lock._holds.get(lock.owner).watch
+    entry.active = False  # the callback's first step: it will not unwatch now
+    del lock
+    gc.collect()
+    with watchdog._cond:
+        watchdog._cond.notify_all()
+    time.sleep(0.2)  # the round runs
+    assert watchdog.running
+    # And it still renews.
+    kept = manager.lock(name, ttl=0.3)
+    with kept:
+        time.sleep(0.6)
+        assert kept.owned() and not kept.lost

@@ -213,7 +213,10 @@ class Watchdog:
                 empty_since = None
                 lost, batches = self._take_work(now)
                 if not lost and not batches:
-                    self._cond.wait(max(0.0, self._wake_at - now))
+                    # No entry left (their locks were collected meanwhile): no
+                    # wake-up time either; the next round lingers, as above.
+                    if self._entries:
+                        self._cond.wait(max(0.0, self._wake_at - now))
                     continue
             try:
                 for entry in lost:
