@@ -23,10 +23,9 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from ._keys_template import ARGS, KeySpec
+from ._keys_template import KeySpec
 from .engine.history import HistoryEvent, hold_spread
 from .engine.info import HolderInfo, LockInfo
 from .exceptions import LockNotAcquired
@@ -100,12 +99,11 @@ class GuardConfig:
         lock.metrics_group = self.metrics_group
         return lock
 
-    @cached_property
+    @property
     def metrics_group(self) -> str:
-        """The bounded label of this guard's locks in metrics: the key template
-        (``"sync:{account_id}"``), else the function's or task's dotted name."""
-        key = self.spec.key
-        return key if isinstance(key, str) and key != ARGS else self.spec.base
+        """The bounded label of this guard's locks in metrics (and in the contention
+        overview): :attr:`KeySpec.template <django_redislock._keys_template.KeySpec.template>`."""
+        return self.spec.template
 
     def acquire(self, lock: Lock, *, wait: bool = False) -> bool:
         """Try *lock* within ``timeout`` (0: one attempt; None: no limit)."""
