@@ -241,20 +241,18 @@ def test_decorator_above_the_task_decorator_is_a_type_error() -> None:
 
 
 def test_task_key_template_is_checked_when_the_task_is_made() -> None:
+    # shared=False: Celery 5.3 keeps a shared task's constructor as a callback run
+    # whenever any app is finalized, so a broken one would fail every later test; and
+    # lazy=False, so that no broken promise is left pending for the app's finalize.
     with pytest.raises(ValueError, match="no argument called 'm'"):
-        # shared=False: Celery 5.3 keeps a shared task's constructor as a callback run
-        # whenever any app is finalized, so a broken one would fail every later test.
-        @eager.task(base=SingleInstanceTask, lock_key="k:{m}", shared=False)
-        def bad(n: int) -> None: ...
 
-        bad.name  # noqa: B018  (a lazy task is created when first used)
+        @eager.task(base=SingleInstanceTask, lock_key="k:{m}", shared=False, lazy=False)
+        def bad(n: int) -> None: ...
 
     with pytest.raises(ValueError, match="no argument called 'self'|no argument called 'x'"):
 
-        @eager.task(bind=True, base=SingleInstanceTask, lock_key="k:{x}", shared=False)
+        @eager.task(bind=True, base=SingleInstanceTask, lock_key="k:{x}", shared=False, lazy=False)
         def bad_bound(self: Any, n: int) -> None: ...
-
-        bad_bound.name  # noqa: B018
 
 
 def test_wait_mode_blocks_until_the_holder_releases_or_the_timeout() -> None:
@@ -400,14 +398,19 @@ def test_lock_limit_does_not_combine_with_unique_on_enqueue() -> None:
     with pytest.raises(ValueError, match="unique_on_enqueue .* and lock_limit"):
 
         @eager.task(
-            base=SingleInstanceTask, lock_key="x", lock_limit=2, unique_on_enqueue=True, lazy=False
+            base=SingleInstanceTask,
+            lock_key="x",
+            lock_limit=2,
+            unique_on_enqueue=True,
+            lazy=False,
+            shared=False,  # see test_task_key_template_is_checked_when_the_task_is_made
         )
         def both() -> None:
             """Never runs."""
 
     with pytest.raises(ValueError, match="lock_limit must be between 1 and"):
 
-        @eager.task(base=SingleInstanceTask, lock_key="x", lock_limit=0, lazy=False)
+        @eager.task(base=SingleInstanceTask, lock_key="x", lock_limit=0, lazy=False, shared=False)
         def zero() -> None:
             """Never runs."""
 

@@ -116,11 +116,12 @@ def acquire_run(channel: bytes) -> Callable[[Any], None]:
         call = effect.call
         assert call.script is acquire_script
         assert tuple(call.keys) == KEYS
-        owner, nonce, ttl, meta, now_ms, retention, chan, known = call.args
+        owner, nonce, ttl, meta, wait_left, retention, chan, known = call.args
         assert (owner, nonce, ttl, meta, retention, chan, known) == (
             OWNER, NONCE, TTL, META, RETENTION, channel, b"",
         )  # fmt: skip
-        assert now_ms == b""  # unused: the scripts date a grant by Redis's clock
+        # How long a queued waiter still waits (for operators): only when it queues.
+        assert wait_left == b"" if not channel else (wait_left == b"" or wait_left.isdigit())
         assert call.action == "acquire the lock"
         assert call.name == NAME
 
