@@ -21,6 +21,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_redislock import LockBackendError, LockLost, LockManager, LockNotOwned
+from django_redislock.engine.watchdog import watchdog
 from tests.redis_server import RedisServer
 from tests.tcp_proxy import TcpProxy
 
@@ -285,9 +286,13 @@ def test_a_child_forked_while_a_thread_held_the_pool_lock_does_not_hang(
     """The fork hazard made deterministic: instead of forking hundreds of times under
     load until a fork lands while the watchdog or a waiter is inside the connection
     pool, a parent thread holds the real pool's lock across a real fork(). The
-    parent has a subscribed wake-up hub too: dropping it in the child must not hang."""
+    parent has a subscribed wake-up hub too: dropping it in the child must not hang.
+    Every after-fork hook must run (none may stop the rest by raising): the child's
+    watchdog forgets the parent's held lock."""
     assert direct.lock(name).acquire(blocking=False)  # the pool exists and is ours
     direct.lock(name).release()
+    kept = direct.lock(f"{name}:kept")
+    assert kept.acquire(blocking=False) and watchdog.watched() >= 1
     blocker = direct.lock(f"{name}:busy", owner="someone else")
     assert blocker.acquire()
     assert direct.lock(f"{name}:busy").acquire(timeout=0.05) is False  # subscribes the hub
@@ -308,8 +313,11 @@ def test_a_child_forked_while_a_thread_held_the_pool_lock_does_not_hang(
         if pid == 0:  # the child: one lock round trip, then report by exit status
             status = 1
             try:
-                with direct.lock(f"{name}:child", timeout=5):
-                    status = 0
+                if watchdog.watched() != 0:
+                    status = 2  # the hooks stopped before the watchdog's reset
+                else:
+                    with direct.lock(f"{name}:child", timeout=5):
+                        status = 0
             finally:
                 os._exit(status)
         deadline = time.monotonic() + 15
@@ -322,7 +330,8 @@ def test_a_child_forked_while_a_thread_held_the_pool_lock_does_not_hang(
                 os.waitpid(pid, 0)
                 pytest.fail("the forked child hung on its first Redis command")
             time.sleep(0.01)
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert os.waitstatus_to_exitcode(status) == 0, "2: the child still watched a lock"
     finally:
         done.set()
         holder.join(5)
+        kept.release()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -225,12 +226,18 @@ def make_fork_safe(client: Any) -> None:
         _pools.add(pool)
 
 
+_RLOCK_TYPE = type(threading.RLock())
+
+
 def _fresh_pool_locks() -> None:
     for pool in list(_pools):
         for attribute in ("_lock", "_fork_lock"):
             old = getattr(pool, attribute, None)
             if old is not None:
-                setattr(pool, attribute, type(old)())
+                # Not type(old)(): a plain Lock's type cannot be called before Python
+                # 3.13 (redis-py 5.0 uses plain Locks here, later versions RLocks).
+                fresh = threading.RLock() if isinstance(old, _RLOCK_TYPE) else threading.Lock()
+                setattr(pool, attribute, fresh)
 
 
 # First: the other hooks drop objects (the wake-up hubs' pub/sub) whose cleanup
