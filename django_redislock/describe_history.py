@@ -108,4 +108,5 @@ def contention_as_dict(entry: Contention) -> dict[str, Any]:
         "timeouts": entry.timeouts,
         "expiries": entry.expiries,
         "forced": entry.forced,
+        "losses": entry.losses,
     }

@@ -174,3 +174,16 @@ def test_semaphores_and_read_write_locks_keep_a_history(name: str) -> None:
     assert locks.force_release(f"{name}:forced", owner="stuck")
     (forced,) = locks.history(f"{name}:forced")
     assert (forced.event, forced.holder) == ("forced", "stuck")
+
+
+def test_a_holder_that_finds_its_hold_gone_records_the_loss(name: str) -> None:
+    holder = locks.lock(name, owner="renewing holder", ttl=1)  # renewed every ~0.33 s
+    assert holder.acquire()
+    assert locks.force_release(name)  # behind its back
+    wait_until(lambda: holder.lost, timeout=5)  # its next renewal finds it gone
+    wait_until(lambda: [e.event for e in locks.history(name)] == ["lost", "forced"])
+    lost, forced = locks.history(name)
+    assert lost.holder == forced.holder == "renewing holder"
+    groups, _ = locks.contention(60)
+    (group,) = [g for g in groups if g.group == name]
+    assert (group.losses, group.forced) == (1, 1)

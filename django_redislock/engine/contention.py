@@ -36,14 +36,16 @@ class Contention:
     timeouts: int = 0
     expiries: int = 0
     forced: int = 0
+    #: Holders that found their hold gone at a renewal (recorded by their process).
+    losses: int = 0
     names: list[str] = field(default_factory=list)
     #: How many distinct lock names the group had events on.
     locks: int = 0
 
     @property
     def rank(self) -> tuple[float, int]:
-        """The sort key: time spent waiting, then failures (timeouts and expiries)."""
-        return (self.waited, self.timeouts + self.expiries)
+        """The sort key: time spent waiting, then failures (timeouts, expiries, losses)."""
+        return (self.waited, self.timeouts + self.expiries + self.losses)
 
 
 #: How many lock names a group lists (its ``locks`` count is exact).
@@ -97,3 +99,5 @@ def _count(entry: Contention, event: HistoryEvent) -> None:
         entry.expiries += 1
     elif event.event == "forced":
         entry.forced += 1
+    elif event.event == "lost":
+        entry.losses += 1

@@ -10,7 +10,9 @@ free lock costs nothing here:
   stuck holder, or a waiter that was handed the lock and never claimed it);
 * ``"timeout"``: a waiter gave up;
 * ``"forced"``: an operator released the lock (admin, command,
-  ``force_release``).
+  ``force_release``);
+* ``"lost"``: a holder's watchdog found, at a renewal, that its hold was gone
+  (its lease ran out, or an operator released it), recorded by that process.
 
 Redlock keeps no history (its masters share no queue).
 """
@@ -33,6 +35,7 @@ EVENTS = {
     "expired": "lease ran out while waited on",
     "timeout": "a waiter gave up",
     "forced": "released by an operator",
+    "lost": "lost: its holder's renewal found it gone",
 }
 
 

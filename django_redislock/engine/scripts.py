@@ -541,6 +541,21 @@ class Script:
         return f"<Script {self.name} {self.sha[:8]}>"
 
 
+# KEYS[1]: the fence hash; ARGV[1]: an owner whose renewal found its hold gone
+# (its lease ran out, or an operator released it): a "lost" event in the history.
+LOST = (
+    r"""
+local F = KEYS[1]
+"""
+    + _CLOCK
+    + _SPLIT
+    + _HISTORY.replace("HISTORY_MAX", str(HISTORY_MAX))
+    + r"""
+record({e = 'lost', o = ARGV[1]})
+return 1
+"""
+)
+
 # KEYS[1]: the fence hash.  The lock's recorded history (a JSON list), or nil.
 HISTORY = r"""
 return redis.call('HGET', KEYS[1], 'hist')
@@ -554,6 +569,7 @@ claim_script = Script("claim", CLAIM)
 cancel_script = Script("cancel", CANCEL)
 transfer_script = Script("transfer", TRANSFER)
 HISTORY_SCRIPT = Script("history", HISTORY)
+LOST_SCRIPT = Script("lost", LOST)
 
 #: The Lua that grants a lock (token, hash fields, lease), and the start of an
 #: acquire (a repeat or a re-entry), for other script families (Redlock) to build on.

@@ -29,6 +29,7 @@ from ..exceptions import LockBackendError
 from .calls import AmbiguousReply, Call
 from .identity import on_fork_in_child
 from .mutex import FAIR, Kind
+from .scripts import LOST_SCRIPT
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -305,12 +306,24 @@ class Watchdog:
                 logger.exception("redislock: a lock_renewed receiver failed")
         for entry, reason in lost:
             self._lose(entry, reason)
+            if not entry.backend.features.quorum:  # (Redlock records no history)
+                self._record_lost(entry)
 
     def _lose(self, entry: WatchEntry, reason: str) -> None:
         self.unwatch(entry)
         lock = entry.lock_ref()
         if lock is not None:
             lock._mark_lost(entry.owner, reason)
+
+    @staticmethod
+    def _record_lost(entry: WatchEntry) -> None:
+        """Put a hold its renewal found gone into the lock's history (best effort: the
+        loss is already reported; a Redis error here changes nothing)."""
+        call = Call(LOST_SCRIPT, (entry.keys[1],), (entry.owner,), "record a lost lock", entry.name)
+        try:
+            entry.backend.run(call)
+        except Exception:  # (the history is for operators; never fail the watchdog)
+            logger.debug("redislock: could not record the loss of %r", entry.name, exc_info=True)
 
     def _reset_after_fork(self) -> None:
         self._entries = {}

@@ -178,7 +178,8 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{entry.group}\tlocks={entry.locks}\twaits={entry.waits}\t"
                 f"waited={seconds_text(entry.waited)}\tlongest={seconds_text(entry.longest_wait)}"
-                f"\ttimeouts={entry.timeouts}\texpiries={entry.expiries}\tforced={entry.forced}"
+                f"\ttimeouts={entry.timeouts}\texpiries={entry.expiries}\tlosses={entry.losses}"
+                f"\tforced={entry.forced}"
             )
         if not complete:
             self.stdout.write("... not every lock's history was read (too many names)")
