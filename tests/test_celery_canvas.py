@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import celery
+import celery.exceptions
 import pytest
 from celery import chain, chord, group
 
@@ -44,6 +46,14 @@ def running(task: Any, n: int, tag: str, lock_name: str) -> Iterator[str]:
     assert locks.get(lock_name) is None
 
 
+@pytest.mark.xfail(
+    celery.VERSION[:2] == (5, 3),
+    reason="Celery 5.3's Redis result consumer keeps one pending result per task id: the "
+    "second AsyncResult of the first member (the dedupe's answer below) leaves the group's "
+    "native get() waiting for ever",
+    strict=True,
+    raises=celery.exceptions.TimeoutError,
+)
 def test_group_of_identical_unique_calls_completes(worker: ca.Worker, name: str) -> None:
     g = group(ca.unique.si(31, name) for _ in range(3)).apply_async()
     first, *others = g.results
