@@ -5,7 +5,7 @@
     nox -s lint typecheck dist
     nox -k oldest -- tests/test_lock.py -x          # one cell, some tests (-- pytest args)
     nox -k "3.12 and 4.2"                           # cells by keyword
-    nox -s tests                          # the whole matrix (8 cells, about 6 min each)
+    nox -s tests                          # the whole matrix (8 cells, 6-10 min each)
 
 A ``tests`` cell is a Python, a Django, the versions of the other dependencies
 (``newest``: the newest releases; ``oldest``: the lowest versions pyproject.toml
