@@ -149,6 +149,12 @@ def dist(session: nox.Session) -> None:
     session.run("bash", "scripts/check-dist")
 
 
+@nox.session(python=False, tags=["ci"])
+def docs(session: nox.Session) -> None:
+    """The documentation site, built strictly (scripts/docs build: any warning fails)."""
+    session.run("bash", "scripts/docs", "build")
+
+
 @nox.session
 @nox.parametrize("python,django,deps,redis", _cells())
 def tests(session: nox.Session, django: str, deps: str, redis: str) -> None:
