@@ -34,11 +34,21 @@ or None) and ``released`` (bool).
 
 from django.dispatch import Signal
 
+#: After each successful acquire, re-entrant ones included: ``fencing_token``,
+#: ``hold_count``, ``waited``.
 lock_acquired = Signal()
+#: After each release: ``hold_count`` (what is left) and ``held``.
 lock_released = Signal()
+#: When a hold is found lost (possibly from the watchdog thread): ``reason``.
 lock_lost = Signal()
+#: Once per acquire call that found the lock held: ``pttl``.
 lock_contended = Signal()
+#: When an acquire returns False: ``waited`` and ``blocking``.
 lock_not_acquired = Signal()
+#: After each renewal by the watchdog (from its threads): ``error``.
 lock_renewed = Signal()
+#: When Redis fails an acquire or a release, before the error is raised:
+#: ``operation`` and ``error``.
 lock_backend_error = Signal()
+#: By ``LockManager.force_release``: ``name``, ``info`` and ``released``.
 force_released = Signal()
