@@ -235,19 +235,12 @@ class KeySpec:
         :data:`ARGS` and a key callable; none for a fixed name. Never raises:
         a value with no JSON form shows as its (shortened) ``repr``, and long
         values are cut."""
-        key = self.key
-        if key is None or self.is_static:
+        if self.key is None or self.is_static:
             return {}
         try:
-            arguments = self.bind(args, kwargs)
+            return self._inputs_from(self.bind(args, kwargs))
         except TypeError:
             return {}
-        if isinstance(key, str) and key != ARGS:
-            arguments = {f: arguments[f] for f in self.fields if f in arguments}
-        elif self.drop_first and self.signature is not None:
-            first = next(iter(self.signature.parameters), None)
-            arguments.pop(first, None)  # type: ignore[arg-type]
-        return {name: _shown(value) for name, value in arguments.items()}
 
     def render(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         """The lock name for one call. Raises ValueError/TypeError when it cannot be built."""
@@ -264,20 +257,50 @@ class KeySpec:
             return name
         if self.is_static:
             return key
+        return self._name_from(self.bind(args, kwargs))
+
+    def render_with_inputs(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """:meth:`render` and :meth:`inputs` of one call, binding its arguments once
+        (a guarded task records both on every run)."""
+        if self.key is None or self.is_static or callable(self.key):
+            return self.render(args, kwargs), self.inputs(args, kwargs)
         arguments = self.bind(args, kwargs)
+        return self._name_from(dict(arguments)), self._inputs_from(arguments)
+
+    def _without_first(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """*arguments* without the first parameter (a view's ``request``) when
+        ``drop_first``."""
+        if self.drop_first and self.signature is not None:
+            first = next(iter(self.signature.parameters), None)
+            arguments.pop(first, None)  # type: ignore[arg-type]
+        return arguments
+
+    def _name_from(self, arguments: dict[str, Any]) -> str:
+        """The name of a template or :data:`ARGS` key, from the call's bound arguments."""
+        key = self.key
         if key == ARGS:
-            if self.drop_first and self.signature is not None:
-                first = next(iter(self.signature.parameters), None)
-                arguments.pop(first, None)  # type: ignore[arg-type]
-            digest = hashlib.sha256(_canonical(normalize(arguments)).encode()).hexdigest()
+            digest = hashlib.sha256(
+                _canonical(normalize(self._without_first(arguments))).encode()
+            ).hexdigest()
             return f"{self.base}:{digest[:32]}"
         try:
-            return _key_formatter.vformat(key, (), arguments)
+            return _key_formatter.vformat(str(key), (), arguments)
         except (KeyError, AttributeError, IndexError) as exc:
             raise ValueError(
                 f"cannot render lock key {key!r} for this call of {self.base}(): "
                 f"{type(exc).__name__}: {exc}"
             ) from None
+
+    def _inputs_from(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`inputs` from the call's bound arguments."""
+        key = self.key
+        if isinstance(key, str) and key != ARGS:
+            arguments = {f: arguments[f] for f in self.fields if f in arguments}
+        else:
+            arguments = self._without_first(arguments)
+        return {name: _shown(value) for name, value in arguments.items()}
 
 
 #: How to bind a call quickly: the parameter names, how many of them can be

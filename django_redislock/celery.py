@@ -186,8 +186,8 @@ def run_guarded(
     ttl: one round trip to start, one to end.
     """
     task_id = task.request.id
-    name = spec.render(call_args, kwargs)
-    meta = _task_meta(task, task_id, spec, spec.inputs(call_args, kwargs))
+    name, inputs = spec.render_with_inputs(call_args, kwargs)
+    meta = _task_meta(task, task_id, spec, inputs)
     options: dict[str, Any] = {"meta": meta}
     if task_id is None:
         owner = config.owner if isinstance(config.owner, str) else None
@@ -438,7 +438,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             return super().apply_async(args, kwargs, task_id, *rest, **options)
         config = self._lock_config()
         call_args, call_kwargs = tuple(args or ()), dict(kwargs or {})
-        name = config.spec.render(call_args, call_kwargs)
+        name, inputs = config.spec.render_with_inputs(call_args, call_kwargs)
         task_id = task_id or uuid()
         lease = self.lock_enqueue_ttl or config.ttl
         if lease is None:
@@ -450,7 +450,7 @@ class SingleInstanceTask(Task):  # type: ignore[misc]
             ttl=lease,
             owner=task_id,
             auto_renew=False,
-            meta=_task_meta(self, task_id, config.spec, config.spec.inputs(call_args, call_kwargs)),
+            meta=_task_meta(self, task_id, config.spec, inputs),
         )
         lock.metrics_group = config.metrics_group
         for _ in range(3):  # the holder may release between our attempt and our look
