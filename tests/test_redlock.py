@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -160,6 +161,73 @@ def test_async_with_two_masters_paused(
         info = await manager.aget(lock_name)
         assert info is not None and info.owner == "holder" and not info.fencing_monotonic
         assert await holder.arelease() == 0
+
+    asyncio.run(scenario())
+
+
+def test_replies_that_came_while_the_client_was_stalled_still_count(
+    masters: list[Master], manager: LockManager, lock_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client descheduled past the node timeout (a loaded machine) finds the masters'
+    replies waiting in its sockets: they count, the grant stands. The stall is injected
+    (a real loaded scheduler cannot be timed): the first ``select`` reports one master
+    only, as if the process lost the CPU right after, and sleeps past the deadline."""
+    from django_redislock.engine.backends import redlock as module
+
+    real_select = module.select.select
+    stalls: list[float] = []
+
+    def stalled_select(
+        readable: list[Any], writable: list[Any], errors: list[Any], timeout: float
+    ) -> tuple[list[Any], list[Any], list[Any]]:
+        ready, _, _ = real_select(readable, writable, errors, timeout)
+        if not stalls and ready:
+            stalls.append(timeout)
+            time.sleep(timeout + 0.05)
+            return ready[:1], [], []
+        return ready, [], []
+
+    class _Select:
+        select = staticmethod(stalled_select)
+
+    lock = manager.lock(lock_name, auto_renew=False)
+    assert lock.acquire(blocking=False)  # warm: connections and scripts in place
+    assert lock.release() == 0
+    monkeypatch.setattr(module, "select", _Select)
+    assert lock.acquire(blocking=False)
+    assert stalls, "the stall was not injected"
+    monkeypatch.undo()
+    assert sum(h == lock.owner.encode() for h in _holders(masters, manager, lock_name)) == 5
+    assert lock.release() == 0
+
+
+def test_replies_that_came_while_the_event_loop_was_blocked_still_count(
+    manager: LockManager, lock_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The asyncio twin: the loop is blocked (a real ``time.sleep`` in it) past the node
+    timeout right after the first master answered; the other masters' replies, read in
+    the next loop turns, still count. The block is injected around one master's call."""
+    from django_redislock.engine.backends import aredlock as module
+
+    real_evalsha = module._evalsha
+    blocked: list[bool] = []
+
+    async def blocking_evalsha(client: Any, call: Any) -> Any:
+        reply = await real_evalsha(client, call)
+        if not blocked:
+            blocked.append(True)
+            time.sleep(0.15)  # longer than the 100 ms node timeout of a 30 s lease
+        return reply
+
+    async def scenario() -> None:
+        lock = manager.lock(lock_name, auto_renew=False)
+        async with lock:  # warm: connections and scripts in place
+            pass
+        monkeypatch.setattr(module, "_evalsha", blocking_evalsha)
+        assert await lock.aacquire(blocking=False)
+        assert blocked, "the block was not injected"
+        monkeypatch.undo()
+        assert await lock.arelease() == 0
 
     asyncio.run(scenario())
 

@@ -17,6 +17,10 @@ from . import server
 from .masters import async_master
 from .redlock import RedlockBase, next_position, scan_position
 
+#: Loop turns a scatter still gives replies once its node timeout has passed (a
+#: reply read from the socket may take a turn or two to reach its task).
+LATE_LOOKS = 3
+
 
 class AsyncRedlockBackend(RedlockBase):
     """An asyncio Redlock backend over N ``redis.asyncio`` clients (one event loop)."""
@@ -49,11 +53,18 @@ class AsyncRedlockBackend(RedlockBase):
         }
         deadline = time.monotonic() + timeout
         pending = set(tasks)
+        late_looks = LATE_LOOKS
         try:
             while pending:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    break
+                    # Past the deadline, a few loop turns without waiting: replies that
+                    # came while the loop was not scheduled (a loaded machine) still
+                    # count. (The validity check counts the whole round, so this is safe.)
+                    if not late_looks:
+                        break
+                    late_looks -= 1
+                    remaining = 0
                 done, pending = await asyncio.wait(
                     pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
                 )

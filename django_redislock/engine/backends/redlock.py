@@ -254,10 +254,13 @@ class RedlockBackend(RedlockBase):
         deadline = time.monotonic() + timeout
         try:
             while pending:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
+                # Past the deadline, one last look without waiting: replies that came
+                # while this process was not scheduled (a loaded machine) still count.
+                # (The validity check counts the whole round, so this is safe.)
+                remaining = max(0.0, deadline - time.monotonic())
                 readable, _, _ = select.select(list(pending), [], [], remaining)
+                if not readable and remaining == 0:
+                    break
                 for sock in readable:
                     # A master that started answering is read to the end of its
                     # replies (the socket timeout bounds a reply cut off midway).
