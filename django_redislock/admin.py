@@ -24,7 +24,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 
-from . import admin_views
+from . import admin_actions, admin_views
 from .exceptions import LockBackendError
 from .manager import LockManager, locks
 from .models import HeldLock
@@ -117,11 +117,11 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def release_view(self, request: HttpRequest) -> HttpResponse:
         """Confirm, then force-release the selected locks."""
-        return admin_views.release_view(self, request)
+        return admin_actions.release_view(self, request)
 
     def extend_view(self, request: HttpRequest) -> HttpResponse:
         """Confirm, then extend the leases of the selected locks."""
-        return admin_views.extend_view(self, request)
+        return admin_actions.extend_view(self, request)
 
     def contention_view(self, request: HttpRequest) -> HttpResponse:
         """Which lock groups cost most waiting lately (the contention overview)."""
