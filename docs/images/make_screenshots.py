@@ -1,5 +1,5 @@
-"""Regenerate docs/images/admin-locks.png, admin-holders.png and admin-waiters.png from
-the example project.
+"""Regenerate the admin screenshots in docs/images/ (admin-locks, admin-waiters,
+admin-holders, admin-contention and admin-history .png) from the example project.
 
     .venv/bin/python docs/images/make_screenshots.py
 
@@ -10,7 +10,9 @@ from another process, the worker process running it stopped with SIGSTOP until
 the admin shows it overdue (then SIGCONT), a lock held from the home page's "Hold
 it" form, a view
 guarded by ``@single_instance`` holding ``invoice:1042``, and two calls of a
-``@single_instance(..., limit=3)`` function holding ``export:tenant-3``. It logs
+``@single_instance(..., limit=3)`` function holding ``export:tenant-3``; then a
+few seconds of guarded calls queueing for each other, timing out, and a lease
+running out while another call waits, for the history and contention pages. It logs
 in to the admin as admin/admin with Debian's Chromium (Playwright), saves the
 pages, and stops everything it started. Needs ``/usr/bin/chromium`` and
 Playwright (``pip install playwright``).
@@ -79,6 +81,10 @@ def hold(mode: str) -> None:
             if not ready.acquire(timeout=WAIT):
                 raise SystemExit("the export calls did not start")
         print("held", flush=True)
+    elif mode == "churn":
+        churn()
+        print("held", flush=True)
+        return
     elif mode == "waiter":
         first = locks.lock("report:1", ttl=30, purpose="report for account 1 (API call)")
         threading.Thread(target=first.acquire, kwargs={"timeout": WAIT}, daemon=True).start()
@@ -88,6 +94,56 @@ def hold(mode: str) -> None:
         print("waiting", flush=True)
     sys.stdin.readline()
     done.set()
+
+
+def churn() -> None:
+    """A few seconds of a busy application: calls of a guarded ``sync_account`` and
+    ``import_feed`` that queue for each other (hand-offs), some that give up waiting
+    (timeouts), and one holder whose lease runs out while others wait (expiry), so
+    the detail page has a history and the contention page has rows."""
+    import random
+
+    from django_redislock import locks, single_instance
+    from django_redislock.exceptions import LockNotAcquired
+
+    def sync_account(account_id: int, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def import_feed(feed: str, seconds: float) -> None:
+        time.sleep(seconds)
+
+    sync_account.__module__, sync_account.__qualname__ = "accounts.tasks", "sync_account"
+    import_feed.__module__, import_feed.__qualname__ = "feeds.tasks", "import_feed"
+    sync = single_instance("sync:{account_id}", ttl=30, timeout=0.8)(sync_account)
+    feed = single_instance("import:{feed}", ttl=30, timeout=5)(import_feed)
+    chance = random.Random(7)
+
+    def calls(target: Any, key: Any, count: int, longest: float) -> None:
+        for _ in range(count):
+            try:
+                target(key, chance.uniform(0.1, longest))
+            except LockNotAcquired:
+                pass  # a timeout: recorded in the lock's history
+
+    threads = [
+        threading.Thread(target=calls, args=(sync, account, 5, 0.9))
+        for account in (7, 7, 7, 12, 12)
+    ] + [threading.Thread(target=calls, args=(feed, "prices", 3, 0.4)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    # A holder that stops renewing (as a crashed process would) while a call waits.
+    stuck = locks.lock(
+        "sync:12",
+        ttl=1,
+        auto_renew=False,
+        owner="stuck worker",
+        purpose="accounts.tasks.sync_account",
+    )
+    if stuck.acquire(timeout=10):
+        patient = single_instance("sync:{account_id}", ttl=30, timeout=5)(sync_account)
+        patient(12, 0.2)  # waits (another owner) until the stuck lease runs out, then runs
 
 
 # -- the driver --------------------------------------------------------------------
@@ -213,7 +269,7 @@ def submit(page: Any, form: str, **fields: str) -> None:
 
 
 def take_screenshots(base: str, redis_url: str) -> None:
-    """Make the contention, then save both admin pages into docs/images/."""
+    """Make the contention, then save the admin pages into docs/images/."""
     from playwright.sync_api import sync_playwright
 
     holders: list[subprocess.Popen[str]] = []
@@ -250,6 +306,13 @@ def take_screenshots(base: str, redis_url: str) -> None:
             page.click("a:text-is('export:tenant-3')")
             page.wait_for_selector("tr.redislock-holder")
             page.screenshot(path=str(IMAGES / "admin-holders.png"), full_page=True)
+            holders.append(start_holder("churn", redis_url))
+            page.goto(base + LIST_PATH + "contention/")
+            page.wait_for_selector("a:text-is('sync:12')")
+            page.screenshot(path=str(IMAGES / "admin-contention.png"), full_page=True)
+            page.click("a:text-is('sync:12')")
+            page.wait_for_selector("text=lease ran out while waited on")
+            page.screenshot(path=str(IMAGES / "admin-history.png"), full_page=True)
             browser.close()
     finally:
         for process in holders:
@@ -264,7 +327,7 @@ def take_screenshots(base: str, redis_url: str) -> None:
 
 
 def main() -> None:
-    """Run the example, take both screenshots, stop everything."""
+    """Run the example, take the screenshots, stop everything."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="redislock-shots-") as tmp:
@@ -274,7 +337,7 @@ def main() -> None:
             take_screenshots(base, redis_url)
         finally:
             stop_example(process)
-    print(f"wrote admin-locks.png, admin-holders.png and admin-waiters.png in {IMAGES}")
+    print(f"wrote the admin screenshots in {IMAGES}")
 
 
 if __name__ == "__main__":
