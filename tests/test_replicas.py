@@ -311,9 +311,9 @@ def test_a_held_lock_survives_a_sentinel_failover(sentinels: SentinelSetup, name
     wait_until(refused_by_new_primary, 15, "the new primary to answer")
     assert not holder.lost
     assert holder.owned()
-    # The old primary comes back as a replica of the new one (started so, as its rewritten
-    # config would have it: sentinels alone convert it only after 10-20 s of INFO polling,
-    # which races the lease), and confirmed extensions (and renewals) work again.
+    # The old primary comes back as a replica of the new one (started so, as an operator's
+    # restart would do it: sentinels alone convert a returning primary only after 10-20 s
+    # of INFO polling, which races the lease), and confirmed extensions work again.
     restarted = EmbeddedRedis(
         port=old_port,
         extra_args=(*FAST_SYNC, "--replicaof", "127.0.0.1", str(sentinels.master_port())),
