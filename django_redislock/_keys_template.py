@@ -229,19 +229,6 @@ class KeySpec:
                 arguments[name] = value
         return arguments
 
-    def inputs(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """The arguments of one call the lock name is made from, JSON-friendly, for
-        operators to read: a template's fields, or every argument for
-        :data:`ARGS` and a key callable; none for a fixed name. Never raises:
-        a value with no JSON form shows as its (shortened) ``repr``, and long
-        values are cut."""
-        if self.key is None or self.is_static:
-            return {}
-        try:
-            return self._inputs_from(self.bind(args, kwargs))
-        except TypeError:
-            return {}
-
     def render(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         """The lock name for one call. Raises ValueError/TypeError when it cannot be built."""
         key = self.key
@@ -262,27 +249,36 @@ class KeySpec:
     def render_with_inputs(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> tuple[str, dict[str, Any]]:
-        """:meth:`render` and :meth:`inputs` of one call, binding its arguments once
-        (a guarded task records both on every run)."""
-        if self.key is None or self.is_static or callable(self.key):
-            return self.render(args, kwargs), self.inputs(args, kwargs)
+        """The lock name for one call (:meth:`render`) and, for operators to read,
+        the arguments it is made from, JSON-friendly: a template's fields, or every
+        argument for :data:`ARGS` and a key callable; none for a fixed name. The
+        arguments are bound once. Only the name can raise: a value with no JSON
+        form shows as its (shortened) ``repr``, and long values are cut."""
+        if self.is_static:
+            return self.render(args, kwargs), {}
+        if callable(self.key):
+            name = self.render(args, kwargs)
+            try:
+                return name, self._inputs_from(self.bind(args, kwargs))
+            except TypeError:
+                return name, {}
         arguments = self.bind(args, kwargs)
-        return self._name_from(dict(arguments)), self._inputs_from(arguments)
+        return self._name_from(arguments), self._inputs_from(arguments)
 
-    def _without_first(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _without_request(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """*arguments* without the first parameter (a view's ``request``) when
-        ``drop_first``."""
-        if self.drop_first and self.signature is not None:
-            first = next(iter(self.signature.parameters), None)
-            arguments.pop(first, None)  # type: ignore[arg-type]
-        return arguments
+        ``drop_first``; *arguments* itself otherwise (never changed)."""
+        if not self.drop_first or self.signature is None:
+            return arguments
+        first = next(iter(self.signature.parameters), None)
+        return {name: value for name, value in arguments.items() if name != first}
 
     def _name_from(self, arguments: dict[str, Any]) -> str:
         """The name of a template or :data:`ARGS` key, from the call's bound arguments."""
         key = self.key
         if key == ARGS:
             digest = hashlib.sha256(
-                _canonical(normalize(self._without_first(arguments))).encode()
+                _canonical(normalize(self._without_request(arguments))).encode()
             ).hexdigest()
             return f"{self.base}:{digest[:32]}"
         try:
@@ -294,12 +290,12 @@ class KeySpec:
             ) from None
 
     def _inputs_from(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """:meth:`inputs` from the call's bound arguments."""
+        """What :meth:`render_with_inputs` records of the call's bound arguments."""
         key = self.key
         if isinstance(key, str) and key != ARGS:
             arguments = {f: arguments[f] for f in self.fields if f in arguments}
         else:
-            arguments = self._without_first(arguments)
+            arguments = self._without_request(arguments)
         return {name: _shown(value) for name, value in arguments.items()}
 
 
@@ -344,7 +340,7 @@ def _quick_bind(
     return arguments if len(arguments) == len(names) else None
 
 
-#: How much of one argument :meth:`KeySpec.inputs` keeps (characters of JSON).
+#: How much of one argument :meth:`KeySpec.render_with_inputs` keeps (characters of JSON).
 SHOWN_LENGTH = 200
 
 

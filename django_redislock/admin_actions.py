@@ -24,7 +24,7 @@ from django.template.response import TemplateResponse
 from .admin_targets import Target, describe_primitive
 from .admin_views import ViewerAdmin, current_locks, lease_seconds, page_context, require_view
 from .describe import describe_holder
-from .engine.info import LockInfo
+from .engine.info import HolderInfo, LockInfo
 from .exceptions import LockBackendError
 from .models import HeldLock
 
@@ -115,24 +115,26 @@ def _log(request: HttpRequest, name: str, flag: int, message: str) -> None:
 
 def _confirm_item(part: Target, now: LockInfo | None, first: bool) -> dict[str, Any]:
     """One row of the confirmation page: a lock, or one holder of one."""
-    status = part.status(now)
-    holder = part.holder_in(now)
-    if part.shared:
-        held_as = describe_primitive(now)[1] if now else ""
-        description = describe_holder(holder) if holder else f"now {held_as}"
-        lease = lease_seconds(holder.ttl) if holder else None
+    seen = _acted_on(part, now)
+    if seen is None and part.shared:
+        description = f"now {describe_primitive(now)[1] if now else ''}"
     else:
-        description = describe_holder(now)
-        lease = lease_seconds(now.ttl) if now else None
+        description = describe_holder(seen)
     return {
         "target": part,
         "first": first,
         "mode": part.mode or "lock",
         "holder": description,
         "info": now,
-        "lease": lease,
-        "changed": status == "changed",
+        "lease": lease_seconds(seen.ttl) if seen else None,
+        "changed": part.status(now) == "changed",
     }
+
+
+def _acted_on(part: Target, info: LockInfo | None) -> LockInfo | HolderInfo | None:
+    """What *part* acts on in *info*: the holder it names (semaphore, read-write
+    lock), or the lock itself (a mutex, whoever holds it now)."""
+    return part.holder_in(info) if part.shared else info
 
 
 def _confirm_page(
@@ -171,15 +173,6 @@ def _confirm_page(
         "back_url": _back_url(model_admin, request, targets),
     }
     return TemplateResponse(request, "django_redislock/admin/lock_confirm.html", context)
-
-
-#: The primitive each holder mode belongs to, for the audit log.
-_PRIMITIVE_OF_MODE = {"permit": "semaphore", "read": "read-write lock", "write": "read-write lock"}
-
-
-def _holder_words(part: Target) -> str:
-    """ "the read of read-write lock 'x'" for the audit log."""
-    return f"the {part.mode} of {_PRIMITIVE_OF_MODE.get(part.mode, 'lock')} {part.name!r}"
 
 
 @dataclass
@@ -276,16 +269,9 @@ def release_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse
 
 
 def _release_message(part: Target, before: LockInfo | None) -> str:
-    token = part.fence if part.fence is not None else "?"
-    if part.shared:
-        holder = describe_holder(part.holder_in(before))
-        return (
-            f"Force-released {_holder_words(part)} held by owner {part.owner or '?'} "
-            f"({holder}), fencing token {token}."
-        )
     return (
-        f"Force-released lock {part.name!r} held by owner {part.owner or '?'} "
-        f"({describe_holder(before)}), fencing token {token}."
+        f"Force-released {part.subject()} held by owner {part.owner or '?'} "
+        f"({describe_holder(_acted_on(part, before))}), fencing token {part.token_text}."
     )
 
 
@@ -322,14 +308,12 @@ def extend_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:
         )
         if result.extended:
             outcome.done(part)
-            token = part.fence if part.fence is not None else "?"
-            what = _holder_words(part) if part.shared else f"lock {part.name!r}"
             _log(
                 request,
                 part.name,
                 CHANGE,
-                f"Extended the lease of {what} by {seconds:g} s to {result.ttl:.1f} s "
-                f"(owner {part.owner or '?'}, fencing token {token}).",
+                f"Extended the lease of {part.subject()} by {seconds:g} s to {result.ttl:.1f} s "
+                f"(owner {part.owner or '?'}, fencing token {part.token_text}).",
             )
         elif result.status == "changed":
             outcome.changed(part)

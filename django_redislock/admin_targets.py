@@ -20,14 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engine.info import HolderInfo, LockInfo
+from .engine.shared import MODE_NAMES, PRIMITIVES
 from .engine.validate import validate_name
 
 #: Most holders one whole-lock target may carry (a form field stays bounded).
 MAX_HOLDERS = 1000
 #: Holder modes a per-holder target may name.
-MODES = ("permit", "read", "write")
+MODES = tuple(MODE_NAMES.values())
 #: How each primitive is named on the pages.
 PRIMITIVE_LABELS = {"mutex": "mutex", "semaphore": "semaphore", "rwlock": "read-write lock"}
+#: The primitive each holder mode belongs to.
+PRIMITIVE_OF_MODE = {MODE_NAMES[code]: primitive for code, primitive in PRIMITIVES.items()}
 
 #: What a whole-lock target records of each holder: owner, fencing token, mode.
 Seen = tuple[str, int | None, str]
@@ -143,12 +146,27 @@ class Target:
             None,
         )
 
+    @property
+    def token_text(self) -> str:
+        """The fencing token seen, for messages: ``"?"`` when none was."""
+        return "?" if self.fence is None else str(self.fence)
+
     def label(self) -> str:
         """A short description for messages: the name, and the holder for one holder."""
         if not self.shared or self.holders:
             return self.name
-        token = self.fence if self.fence is not None else "?"
-        return f"{self.name} ({self.mode} of owner {self.owner or '?'}, fencing token {token})"
+        return (
+            f"{self.name} ({self.mode} of owner {self.owner or '?'}, "
+            f"fencing token {self.token_text})"
+        )
+
+    def subject(self) -> str:
+        """What the audit log says was acted on: ``lock 'x'``, or for one holder
+        ``the read of read-write lock 'x'``."""
+        if not self.mode:
+            return f"lock {self.name!r}"
+        primitive = PRIMITIVE_LABELS[PRIMITIVE_OF_MODE[self.mode]]
+        return f"the {self.mode} of {primitive} {self.name!r}"
 
 
 def _actable(holder: HolderInfo) -> bool:

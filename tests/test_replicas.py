@@ -16,7 +16,7 @@ import redis
 import redis.sentinel
 from django.test import override_settings
 
-from django_redislock import LockManager
+from django_redislock import Lock, LockManager
 from django_redislock.checks import check_server, check_settings
 from django_redislock.exceptions import LockBackendError, LockNotReplicated
 from example_project.embedded_redis import EmbeddedRedis
@@ -46,6 +46,14 @@ def _confirmed(acquire: Callable[..., bool]) -> bool:
     """One non-blocking try; an unconfirmed grant (the replica still catching up) is a no."""
     try:
         return acquire(blocking=False)
+    except LockNotReplicated:
+        return False
+
+
+async def _aconfirmed(lock: Lock) -> bool:
+    """:func:`_confirmed` for asyncio."""
+    try:
+        return await lock.aacquire(blocking=False)
     except LockNotReplicated:
         return False
 
@@ -209,11 +217,8 @@ def test_async_acquire_waits_for_the_replica(pair: ReplicatedPair, name: str) ->
             assert pair.primary_client.exists(lock.key) == 0
         # The resumed replica may take a few tries to catch up on a loaded machine.
         for _ in range(100):
-            try:
-                if await lock.aacquire(blocking=False):
-                    break
-            except LockNotReplicated:
-                pass
+            if await _aconfirmed(lock):
+                break
             await asyncio.sleep(0.05)
         assert pair.replica_client.hget(lock.key, "owner") == lock.owner.encode()
         assert await lock.arelease() == 0

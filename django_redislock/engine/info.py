@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .shared import MODE_NAMES
+
 
 def _text(value: Any) -> str | None:
     if value is None:
@@ -31,7 +33,6 @@ def _int(value: Any) -> int | None:
 
 
 _META_FIELDS = {"host", "pid", "thread", "purpose", "task_id", "task_name", "kind", "extra"}
-_MODES = {"s": "permit", "r": "read", "w": "write"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,7 +262,7 @@ class LockInfo(_Party):
         now_ms = until - pttl if until is not None and pttl >= 0 else None
         holders: list[HolderInfo] = []
         for field_name, value in data.items():
-            if not field_name or field_name[1:2] != ":" or field_name[0] not in _MODES:
+            if not field_name or field_name[1:2] != ":" or field_name[0] not in MODE_NAMES:
                 continue
             parts = (_text(value) or "").split("|", 7)
             if len(parts) != 8:
@@ -275,7 +276,7 @@ class LockInfo(_Party):
             holders.append(
                 _holder(
                     field_name[2:],
-                    _MODES[field_name[0]],
+                    MODE_NAMES[field_name[0]],
                     _int(parts[0]),
                     _int(parts[1]),
                     _int(parts[2]),
@@ -371,7 +372,7 @@ def waiters_from_redis(
         if expiry is None or (now_ms is not None and expiry < now_ms):
             continue  # its process stopped refreshing it: the next script drops it
         seen.add(owner)
-        mode = _MODES.get(parts[6][:1], "exclusive") if shared else "exclusive"
+        mode = MODE_NAMES.get(parts[6][:1], "exclusive") if shared else "exclusive"
         found.append(
             WaiterInfo(
                 owner=owner,
