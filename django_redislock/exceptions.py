@@ -74,6 +74,29 @@ class LockNotReplicated(LockNotAcquired):
         self.required = required
 
 
+class QuorumNotReached(LockBackendError):
+    """Too few Redlock masters answered for a majority decision.
+
+    Raised on Redlock (``REDISLOCK_REDLOCK_CACHES``) when fewer than a majority of
+    the masters answered a call in time: ``answered`` of ``masters`` answered; a
+    majority is ``needed``. Whatever a refused acquire got has been given back.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        answered: int = 0,
+        masters: int = 0,
+        needed: int = 0,
+    ) -> None:
+        super().__init__(message, name=name)
+        self.answered = answered
+        self.masters = masters
+        self.needed = needed
+
+
 class LockUpgradeError(LockError):
     """A read-write lock's write hold was asked for by an owner holding a read.
 

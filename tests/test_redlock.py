@@ -30,7 +30,7 @@ from django.test import Client, override_settings
 from django_redislock import LockManager, locks, single_instance
 from django_redislock.checks import check_server, check_settings
 from django_redislock.engine.backends.redlock import RedlockBackend
-from django_redislock.engine.quorum import QuorumNotReached
+from django_redislock.exceptions import QuorumNotReached
 from tests.redlock_servers import Master, shared_masters
 
 ROOT = Path(__file__).resolve().parent.parent

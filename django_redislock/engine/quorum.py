@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from ..exceptions import LockBackendError, LockError
+from ..exceptions import LockError, QuorumNotReached
 from .calls import Call, decode_attempt
 from .operator_scripts import force_extend_script, force_release_script
 from .quorum_scripts import (
@@ -63,22 +63,17 @@ SPLIT_BACKOFF_MS = (5, 50)
 Reply = Any  # a master's reply, or the Exception it answered with (None: no answer)
 
 
-class QuorumNotReached(LockBackendError):
-    """Too few Redlock masters answered for a majority decision.
-
-    ``answered`` of ``masters`` answered; a majority is ``needed``.
-    """
-
-    def __init__(self, action: str, answered: int, masters: int, name: str | None) -> None:
-        needed = quorum(masters)
-        super().__init__(
-            f"could not {action}: only {answered} of {masters} Redis masters answered in time "
-            f"and a Redlock needs {needed}; check the masters in REDISLOCK_REDLOCK_CACHES",
-            name=name,
-        )
-        self.answered = answered
-        self.masters = masters
-        self.needed = needed
+def not_reached(action: str, answered: int, masters: int, name: str | None) -> QuorumNotReached:
+    """The error of a call that only *answered* of *masters* masters answered in time."""
+    needed = quorum(masters)
+    return QuorumNotReached(
+        f"could not {action}: only {answered} of {masters} Redis masters answered in time "
+        f"and a Redlock needs {needed}; check the masters in REDISLOCK_REDLOCK_CACHES",
+        name=name,
+        answered=answered,
+        masters=masters,
+        needed=needed,
+    )
 
 
 def quorum(masters: int) -> int:
@@ -139,7 +134,7 @@ def decide_acquire(
     masters = len(replies)
     got = answered(replies)
     if len(got) < quorum(masters):
-        error = QuorumNotReached("acquire the lock", len(got), masters, name)
+        error = not_reached("acquire the lock", len(got), masters, name)
         return AcquireOutcome(-1, True, error)
     attempts = [decode_attempt(r) for r in got]
     grants = [a for a in attempts if a.held]
@@ -169,7 +164,7 @@ def decide_count(replies: Sequence[Reply], action: str, name: str | None = None)
     masters = len(replies)
     got = [int(r) for r in answered(replies)]
     if len(got) < quorum(masters):
-        raise QuorumNotReached(action, len(got), masters, name)
+        raise not_reached(action, len(got), masters, name)
     owned = [r for r in got if r >= 0]
     if len(owned) >= quorum(masters):
         return min(owned)
@@ -189,7 +184,7 @@ def decide_extend(replies: Sequence[Reply], name: str | None = None) -> int:
     masters = len(replies)
     got = [int(r) for r in answered(replies)]
     if len(got) < quorum(masters):
-        raise QuorumNotReached("extend the lock", len(got), masters, name)
+        raise not_reached("extend the lock", len(got), masters, name)
     extended = sorted(r for r in got if r > 0)
     if len(extended) >= quorum(masters):
         return extended[0]
@@ -203,7 +198,7 @@ def decide_any(replies: Sequence[Reply], action: str, name: str | None = None) -
     masters = len(replies)
     got = [int(r) for r in answered(replies)]
     if len(got) < quorum(masters):
-        raise QuorumNotReached(action, len(got), masters, name)
+        raise not_reached(action, len(got), masters, name)
     return max(got)
 
 

@@ -32,10 +32,10 @@ from ..calls import Call
 from ..info import LockInfo
 from ..keys import KeySpace
 from ..quorum import (
-    QuorumNotReached,
     commit_call,
     decide_commit,
     decide_snapshot,
+    not_reached,
     plan,
     quorum,
     undo_call,
@@ -156,7 +156,7 @@ class RedlockBase:
         masters = len(per_master)
         got = [m for m in per_master if not isinstance(m, Exception)]
         if len(got) < quorum(masters):
-            raise QuorumNotReached("read the locks", len(got), masters, None)
+            raise not_reached("read the locks", len(got), masters, None)
         by_key = [{info.key: info for info in infos} for infos in got]
         merged = []
         for key in keys:
