@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import subprocess
 import sys
 import textwrap
@@ -94,7 +95,7 @@ def test_an_expiry_someone_waited_through_names_the_dead_holder(name: str) -> No
         import time, django
         django.setup()
         from django_redislock import locks
-        lock = locks.lock({name!r}, owner="doomed", ttl=1.5)
+        lock = locks.lock({name!r}, owner="doomed", ttl=1.5, purpose="nightly report")
         lock.acquire()
         print("held", flush=True)
         time.sleep(120)
@@ -121,6 +122,29 @@ def test_an_expiry_someone_waited_through_names_the_dead_holder(name: str) -> No
     (event,) = events
     assert (event.holder, event.waiter) == ("doomed", "patient")
     assert event.waited is not None and 0.5 < event.waited < 3
+    # Which process died: what the holder recorded when it took the lock.
+    assert event.holder_meta["pid"] == child.pid
+    assert event.holder_meta["host"] == socket.gethostname()
+    assert event.holder_meta["purpose"] == "nightly report"
+    assert event.holder_meta["thread"]
+
+
+def test_an_expiry_after_a_take_over_names_the_holder_that_took_it_over(name: str) -> None:
+    """A Celery execution takes its enqueue-time hold over (``inherit_from``): if its
+    lease then runs out, the history names the execution (with its metadata), not the
+    enqueuing owner."""
+    parked = locks.lock(name, owner="task-id", ttl=10, auto_renew=False, purpose="enqueued")
+    assert parked.acquire()
+    runner = locks.lock(
+        name, owner="task-id:run", ttl=0.5, auto_renew=False, purpose="run", inherit_from="task-id"
+    )
+    assert runner.acquire(blocking=False)
+    waiter = locks.lock(name, owner="patient")
+    assert waiter.acquire(timeout=10)  # after the runner's lease ran out
+    waiter.release()
+    (event,) = locks.history(name)
+    assert (event.event, event.holder, event.waiter) == ("expired", "task-id:run", "patient")
+    assert event.holder_meta["purpose"] == "run"
 
 
 def test_the_history_keeps_the_newest_events(name: str) -> None:
@@ -160,7 +184,7 @@ def test_semaphores_and_read_write_locks_keep_a_history(name: str) -> None:
     assert (timeout.event, timeout.waiter) == ("timeout", "impatient")
 
     rw = f"{name}:rw"
-    stalled = locks.rw_lock(rw, owner="stalled writer", ttl=1, auto_renew=False)
+    stalled = locks.rw_lock(rw, owner="stalled writer", ttl=1, auto_renew=False, purpose="w")
     assert stalled.write().acquire()
     reader = locks.rw_lock(rw, owner="reader").read()
     assert reader.acquire(timeout=10)  # after the writer's lease ran out
@@ -168,6 +192,8 @@ def test_semaphores_and_read_write_locks_keep_a_history(name: str) -> None:
     events = locks.history(rw)
     assert [(e.event, e.holder) for e in events] == [("expired", "stalled writer")]
     assert events[0].held is not None and 0.9 < events[0].held < 3
+    assert events[0].holder_meta["pid"] == os.getpid()
+    assert events[0].holder_meta["purpose"] == "w"
 
     held = locks.semaphore(f"{name}:forced", 2, owner="stuck")
     assert held.acquire()

@@ -64,9 +64,9 @@ local function grant(owner, nonce, ttl, meta, retention, overwrite)
   if t > fence then fence = t end
   fence = num(fence)
   local since_ms = num(math.floor(t / 1000))
-  -- 'cur' (who holds it since when) lets a later script tell that a waited-on
-  -- holder's lease ran out; a release clears it.
-  if redis.call('HSET', F, 'fence', fence, 'cur', owner .. '|' .. since_ms) == 2 then
+  -- 'cur' (who holds it since when, and its metadata) lets a later script tell
+  -- that a waited-on holder's lease ran out, and name it; a release clears it.
+  if redis.call('HSET', F, 'fence', fence, 'cur', owner .. '|' .. since_ms .. '|' .. meta) == 2 then
     redis.call('PEXPIRE', F, retention)
   end
   if overwrite then
@@ -203,12 +203,17 @@ local function held_by(entry)
 end
 
 -- The lock was found free by a script serving waiter *w* (entry *e*): if a holder
--- is still on record, its lease ran out while *w* waited.
+-- is still on record ('cur': owner|since|meta, or owner|since as older clients
+-- wrote it), its lease ran out while *w* waited.
 local function expired(w, e)
   local cur = redis.call('HGET', F, 'cur')
   if cur and cur ~= '' then
     local c = split(cur, 1)
-    record(waited_by({e = 'expired', o = c[1], h = now_ms() - tonumber(c[2])}, w, e))
+    local since, meta = c[2], ''
+    local bar = string.find(since, '|', 1, true)
+    if bar then since, meta = string.sub(since, 1, bar - 1), string.sub(since, bar + 1) end
+    local held = now_ms() - (tonumber(since) or now_ms())
+    record(waited_by({e = 'expired', o = c[1], h = held, m = meta}, w, e))
   end
 end
 """
@@ -305,6 +310,12 @@ _TAKEOVER = r"""
 if h[1] and h[1] == ARGV[10] then
   local c = redis.call('HINCRBY', L, 'count', 1)
   redis.call('HSET', L, 'owner', owner, 'op', nonce, 'meta', meta, 'ttl', ttl)
+  -- The history names the new holder if its lease runs out (see grant's 'cur';
+  -- only where the fence hash is, so none is made without its expiry).
+  if redis.call('HEXISTS', F, 'cur') == 1 then
+    local since = redis.call('HGET', L, 'since') or ''
+    redis.call('HSET', F, 'cur', owner .. '|' .. since .. '|' .. meta)
+  end
   if tonumber(ttl) > 0 then
     redis.call('PEXPIRE', L, ttl)
   else
