@@ -35,12 +35,22 @@ from typing import Any
 
 from celery import Task
 from celery._state import get_current_task
-from celery.exceptions import Retry
+from celery.exceptions import Reject, Retry
 from celery.local import Proxy
 from celery.signals import task_revoked
 from celery.utils import uuid
 
 from ._keys_template import KeySpec
+from .celery_redelivery import (
+    TAKEOVER_TRIES,
+    completed,
+    dead_here,
+    defer,
+    drop,
+    execution_of,
+    record_completion,
+    take_over,
+)
 from .conf import setting
 from .engine.guarding import guard_owner, guarding
 from .engine.identity import new_nonce
@@ -189,6 +199,7 @@ def run_guarded(
     name, inputs = spec.render_with_inputs(call_args, kwargs)
     meta = _task_meta(task, task_id, spec, inputs)
     options: dict[str, Any] = {"meta": meta}
+    running = None
     if task_id is None:
         owner = config.owner if isinstance(config.owner, str) else None
     else:
@@ -204,8 +215,23 @@ def run_guarded(
             options["inherit_from"] = task_id
     lock = config.make_lock(name, owner, **options)
     on_locked = "skip" if config.on_locked is DEFAULT else config.on_locked
-    if not config.acquire(lock, wait=on_locked == "wait"):
+    # A new execution of a task id may be a broker's copy of another execution of it.
+    copy = (
+        task_id is not None
+        and running is None
+        and config.limit is None
+        and not task.request.is_eager
+    )
+    if copy:
+        acquired = _acquire_execution(task, config, lock, name, on_locked)
+    else:
+        acquired = config.acquire(lock, wait=on_locked == "wait")
+    if not acquired:
         return _task_locked(task, config, on_locked, name, call_args, kwargs)
+    late = copy and bool(task.acks_late)
+    if late and completed(config.lock_manager(), task_id):
+        _release(lock)
+        drop(task, name)
     run_key = (name, lock.owner)
     # The outermost run of this owner ends the task: it frees every hold (its own
     # and the enqueue-time one) at once. A nested direct call gives back its own.
@@ -213,19 +239,54 @@ def run_guarded(
     try:
         with guarding(name, lock.owner):  # code on the task's behalf re-enters its lock
             result = body()
-    except Retry as exc:
-        if config.lock_on_retry == "keep" and config.limit is None:
+    except (Retry, Reject) as exc:
+        if isinstance(exc, Retry) and config.lock_on_retry == "keep" and config.limit is None:
             _keep_for_retry(lock, exc, task.request.id)
         else:
             _release(lock, every_hold=outermost)
         raise
-    except BaseException:
+    except Exception:
+        if late:
+            record_completion(config.lock_manager(), task_id)
+        _release_at_end(lock, task, outermost)
+        raise
+    except BaseException:  # the execution was stopped: its message may come again
         _release_at_end(lock, task, outermost)
         raise
     finally:
         _leave(run_key)
+    if late:
+        record_completion(config.lock_manager(), task_id)
     _release_at_end(lock, task, outermost)
     return result
+
+
+def _acquire_execution(
+    task: Task, config: GuardConfig, lock: Lock, name: str, on_locked: Any
+) -> bool:
+    """Take *lock* for a new execution of *task*'s id, settling a broker's copy.
+
+    When another execution of the same task id holds the lock, this one is a
+    copy of it (see :mod:`django_redislock.celery_redelivery`): it takes the hold
+    over when that execution died on this host, else it is deferred (Ignore).
+    Any other holder gets the configured ``on_locked`` treatment (False).
+    """
+    task_id: str = task.request.id
+    manager = config.lock_manager()
+    for _ in range(TAKEOVER_TRIES):
+        if lock.acquire(blocking=False):
+            return True
+        info = manager.get(name)
+        holder = execution_of(info, task_id)
+        if holder is None:
+            if info is None:
+                continue  # released between our attempt and our look
+            if on_locked == "wait" or config.timeout != 0:
+                return config.acquire(lock, wait=on_locked == "wait")
+            return False
+        if not (dead_here(holder) and take_over(manager, name, holder)):
+            defer(task, name, holder, lease_left(info) or 1)
+    return False
 
 
 def _release_at_end(lock: Lock, task: Task, outermost: bool) -> None:

@@ -5,12 +5,14 @@ its watchdog stops: left alone, the lock stays held for the rest of its lease.
 The worker's main process learns of the loss at once: billiard watches each
 child's sentinel, reaps the dead child and fails its job with
 :class:`~billiard.exceptions.WorkerLostError`, and Celery's
-``Request.on_failure`` (main process) then sends
-
-* ``task_failure`` (``exception`` a ``WorkerLostError``), by default and with
-  ``acks_late`` unless the message is requeued;
-* ``task_retry`` (``reason.exc`` a ``WorkerLostError``) instead, with
-  ``retry_on_worker_lost`` (Celery 5.7+).
+``Request.on_failure`` (main process) then fails the task, retries it
+(``retry_on_worker_lost``, Celery 5.7+) or, with ``acks_late`` and
+``task_reject_on_worker_lost``, requeues its message at once. Only the first
+two send a signal, so the release hooks ``on_failure`` itself: when the worker
+starts (``worker_init``), each guarded task's request class gets
+:class:`LostAwareRequest` mixed in (Celery's documented ``Task.Request`` hook),
+which frees the lock *before* Celery requeues the message, so the requeued copy
+finds the lock free wherever it is delivered.
 
 Celery notices the exit through the child's sentinel (a pipe), which the kernel
 closes a moment before the child can be reaped: when Celery looks in between,
@@ -19,16 +21,20 @@ it finds no exit code and looks again only at its next pool maintenance, up to
 :data:`POOL_CHECK_INTERVAL` seconds (prefork pool only): a few ``waitpid``
 calls, no more.
 
-Neither signal carries the dead child's pid, so the main process keeps a weak
-reference to each guarded task's ``Request`` from ``task_received`` on (the
-request knows its ``worker_pid`` once a child accepts it; the reference goes
-with the request). On the loss, the lock is released only if a holder of it is
-that execution: the task id, this host, and the dead child's pid in its
-metadata, with an owner- and fencing-token-checked ``force_release``, so a lock
-that changed hands meanwhile (another execution of the same task id, a retry,
-anyone else) is left alone. Whatever this cannot see (the whole worker killed;
-``acks_late`` with ``reject_on_worker_lost``, which requeues the message
-without a signal) still frees when the lease runs out.
+The main process also keeps a weak reference to each guarded task's
+``Request`` from ``task_received`` on (the request knows its ``worker_pid``
+once a child accepts it; the reference goes with the request): a worker that
+shuts down (``worker_shutdown``, after its pool has stopped: a cold shutdown
+kills the pool processes under their tasks) frees the locks of the requests
+whose pool process is gone, and a revoke of a task that waits for its
+countdown frees its enqueue-time hold (:mod:`django_redislock.celery`). A lock
+is released only if a holder of it is that execution: the task id, this host,
+and the dead child's pid in its metadata, with an owner- and
+fencing-token-checked ``force_release``, so a lock that changed hands meanwhile
+(another execution of the same task id, a retry, anyone else) is left alone.
+Whatever this cannot see (the whole worker killed) still frees when the lease
+runs out, or when a redelivered copy on this host finds the holder's process
+gone (:mod:`django_redislock.celery_redelivery`).
 
 The hard time limit is not handled here: Celery reports it (``task_failure``
 with ``TimeLimitExceeded``) before the pool terminates the child, which may
@@ -47,9 +53,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from billiard.exceptions import WorkerLostError
-from celery.signals import task_failure, task_received, task_retry, worker_ready
+from celery.signals import task_received, worker_init, worker_ready, worker_shutdown
+from kombu.utils.imports import symbol_by_name
 
 from ._keys_template import KeySpec
+from .celery_redelivery import pid_alive
 from .engine.identity import HOSTNAME
 from .guard import GuardConfig, release_holders
 
@@ -80,9 +88,56 @@ def connect(config_of: ConfigOf) -> None:
     global _config_of
     _config_of = config_of
     task_received.connect(_track, weak=False, dispatch_uid="django_redislock.lost.track")
-    task_failure.connect(_on_task_failure, weak=False, dispatch_uid="django_redislock.lost.failure")
-    task_retry.connect(_on_task_retry, weak=False, dispatch_uid="django_redislock.lost.retry")
+    worker_init.connect(_hook_requests, weak=False, dispatch_uid="django_redislock.lost.hook")
     worker_ready.connect(_watch_pool, weak=False, dispatch_uid="django_redislock.lost.watch")
+    worker_shutdown.connect(_on_shutdown, weak=False, dispatch_uid="django_redislock.lost.shutdown")
+
+
+class LostAwareRequest:
+    """Mixed into a guarded task's request class (worker main process): a request
+    whose pool process was lost frees its lock before Celery fails, retries or
+    requeues it."""
+
+    def on_failure(
+        self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False
+    ) -> Any:
+        """Free the lock of a lost execution, then let Celery handle the failure."""
+        exc = getattr(exc_info, "exception", None)
+        exc = getattr(exc, "exc", exc)  # an ExceptionWithTraceback wraps it
+        if isinstance(exc, WorkerLostError):
+            release_lost_request(self)
+        return super().on_failure(  # type: ignore[misc]
+            exc_info, send_failed_event=send_failed_event, return_ok=return_ok
+        )
+
+
+def _hook_requests(sender: Any = None, **kwargs: Any) -> None:
+    """``worker_init``: mix :class:`LostAwareRequest` into each guarded task's request class."""
+    app = getattr(sender, "app", None)
+    if app is None:
+        return
+    for task in list(app.tasks.values()):
+        try:
+            if not _is_guarded(task):
+                continue
+            cls = type(task)
+            base = symbol_by_name(cls.Request)  # type: ignore[no-untyped-call]
+            if not issubclass(base, LostAwareRequest):
+                cls.Request = type(base.__name__, (LostAwareRequest, base), {})
+        except Exception:  # a signal handler must not break the worker
+            logger.exception("redislock: could not hook the requests of task %s", task)
+
+
+def _on_shutdown(sender: Any = None, **kwargs: Any) -> None:
+    """``worker_shutdown`` (its pool has stopped): free the locks of the tracked
+    requests whose pool process is gone (a cold shutdown kills them under their
+    tasks, and restores their messages for another worker)."""
+    if _tracker != os.getpid():
+        return
+    for refs in list(_received.values()):
+        for request in [r() for r in list(refs)]:
+            if request is not None:
+                release_lost_request(request)
 
 
 def _watch_pool(sender: Any = None, **kwargs: Any) -> None:
@@ -138,38 +193,27 @@ def _untrack(task_id: str, ref: weakref.ref[Any]) -> None:
         del _received[task_id]
 
 
-def _on_task_failure(
-    sender: Any = None, task_id: Any = None, exception: Any = None, **kwargs: Any
-) -> None:
-    """``task_failure``: a ``WorkerLostError`` is reported in the main process only."""
-    if isinstance(exception, WorkerLostError) and isinstance(task_id, str):
-        release_lost(sender, task_id)
-
-
-def _on_task_retry(
-    sender: Any = None, request: Any = None, reason: Any = None, **kwargs: Any
-) -> None:
-    """``task_retry``: with ``retry_on_worker_lost``, the lost run is retried instead."""
-    task_id = getattr(request, "id", None)
-    if isinstance(getattr(reason, "exc", None), WorkerLostError) and isinstance(task_id, str):
-        release_lost(sender, task_id)
-
-
 def release_lost(task: Any, task_id: str) -> None:
-    """Release the lock of *task_id*'s execution(s) whose pool process is gone."""
+    """Release the lock of *task_id*'s tracked execution(s) whose pool process is gone."""
+    for request in _requests(task_id):
+        release_lost_request(request)
+
+
+def release_lost_request(request: Any) -> None:
+    """Release the lock of *request*'s execution when its pool process is gone."""
     if _tracker != os.getpid():
         return
+    task_id = getattr(request, "id", None)
     try:
-        for request in _requests(task_id):
-            pid = getattr(request, "worker_pid", None)
-            if isinstance(pid, int) and not _alive(pid):
-                release_dead_holder(
-                    task,
-                    task_id,
-                    tuple(getattr(request, "args", None) or ()),
-                    dict(getattr(request, "kwargs", None) or {}),
-                    {pid},
-                )
+        pid = getattr(request, "worker_pid", None)
+        if isinstance(task_id, str) and isinstance(pid, int) and not pid_alive(pid):
+            release_dead_holder(
+                request.task,
+                task_id,
+                tuple(getattr(request, "args", None) or ()),
+                dict(getattr(request, "kwargs", None) or {}),
+                {pid},
+            )
     except Exception:  # a signal handler must not break the worker
         logger.exception("redislock: could not release the lock of lost task %s", task_id)
 
@@ -177,17 +221,6 @@ def release_lost(task: Any, task_id: str) -> None:
 def _requests(task_id: str) -> list[Any]:
     refs = _received.get(task_id) or []
     return [request for request in (ref() for ref in list(refs)) if request is not None]
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process *pid* exists here (a reaped pool child does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def release_dead_holder(

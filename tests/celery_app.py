@@ -272,6 +272,7 @@ class Worker:
         queues: str = "celery",
         env: dict[str, str] | None = None,
     ) -> None:
+        self.pool = pool
         self.hostname = f"{name}-{os.getpid()}@127.0.0.1"
         self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"redislock-{self.hostname}.log"
         self.process = subprocess.Popen(
@@ -315,10 +316,11 @@ class Worker:
                 return
         raise RuntimeError("celery worker did not answer a ping in time:\n" + self.log_text())
 
-    def log_text(self) -> str:
-        """The worker's log so far (for failure messages)."""
+    def log_text(self, full: bool = False) -> str:
+        """The worker's log so far (its end, for failure messages; *full*: all of it)."""
         try:
-            return self.log.read_text()[-5000:]
+            text = self.log.read_text()
+            return text if full else text[-5000:]
         except OSError:
             return ""
 
@@ -419,4 +421,24 @@ def lost_retried(self: Any, n: str, tag: str) -> str:
     """Retried 1 s after its pool process is lost (Celery 5.7+); holds lost-retry:<n>."""
     _event(tag, "start", self.request.id, os.getpid())
     _wait_gate(tag)
+    return "done"
+
+
+# Copies of an execution (tests/test_celery_redelivery.py): each reports its pid.
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+@single_instance("requeued:{tag}", ttl=30)
+def requeued_on_loss(self: Any, tag: str) -> str:
+    """acks_late + reject_on_worker_lost, a 30 s lease: waits for gate:<tag>."""
+    _event(tag, "start", self.request.id, os.getpid())
+    _wait_gate(tag)
+    _event(tag, "end", self.request.id, os.getpid())
+    return "done"
+
+
+@app.task(bind=True, acks_late=True, base=SingleInstanceTask, lock_key="late:{tag}", lock_ttl=30)
+def late_long_lease(self: Any, tag: str) -> str:
+    """acks_late, a 30 s lease: waits for gate:<tag>."""
+    _event(tag, "start", self.request.id, os.getpid())
+    _wait_gate(tag)
+    _event(tag, "end", self.request.id, os.getpid())
     return "done"

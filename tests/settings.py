@@ -63,7 +63,13 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_redislock": {"handlers": ["console"], "level": "WARNING"}},
+    # Workers of the redelivery tests log at INFO (the tests read what a copy did).
+    "loggers": {
+        "django_redislock": {
+            "handlers": ["console"],
+            "level": os.environ.get("REDISLOCK_TEST_LOG_LEVEL", "WARNING"),
+        }
+    },
 }
 
 # Child processes of the Redlock tests lock over the parent's masters.

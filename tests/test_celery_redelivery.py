@@ -10,6 +10,9 @@ every second (``REDISLOCK_TEST_VISIBILITY``, see tests/celery_app.py), so a task
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -38,7 +41,7 @@ def _worker(name: str, pool: str = "prefork") -> ca.Worker:
         pool=pool,
         name=name,
         queues=QUEUE,
-        env={"REDISLOCK_TEST_VISIBILITY": VISIBILITY},
+        env={"REDISLOCK_TEST_VISIBILITY": VISIBILITY, "REDISLOCK_TEST_LOG_LEVEL": "INFO"},
     )
 
 
@@ -70,6 +73,14 @@ def worker(request: pytest.FixtureRequest) -> Iterator[ca.Worker]:
             w.stop()
 
 
+def _wait_log(worker: ca.Worker, text: str, timeout: float) -> None:
+    """Wait (bounded) until the worker's log has *text*."""
+    deadline = time.monotonic() + timeout
+    while text not in worker.log_text(full=True):
+        assert time.monotonic() < deadline, f"no {text!r} in the worker log:\n" + worker.log_text()
+        time.sleep(0.1)
+
+
 def _events(tag: str, timeout: float) -> list[str]:
     got = ca.probe.blpop([f"events:{tag}"], timeout=timeout)
     assert got is not None, f"no event on events:{tag} within {timeout} s"
@@ -81,16 +92,21 @@ def test_a_redelivered_copy_never_runs_beside_the_running_one(worker: ca.Worker,
     result = ca.long_acks_late.apply_async((name, 6.0), queue=QUEUE)
     start = _events(name, 20)
     assert start[:2] == ["start", result.id]
-    # Within the 6 s run the broker hands the same message out again (same task id).
-    duplicate = _events(name, 10)
-    assert duplicate == ["duplicate", result.id], "the redelivery ran its body"
+    # Within the 6 s run the broker hands the same message out again (same task id):
+    # the copy is deferred (sent again for when the lease runs out), not run.
+    _wait_log(worker, f"{result.id}] is a redelivered copy of execution", 15)
     end = _events(name, 15)
     assert end[:2] == ["end", result.id]
-    # Only one execution ran the body (later redeliveries, if any, were turned away too).
-    rest = [e.decode().split() for e in ca.probe.lrange(f"events:{name}", 0, -1)]
-    assert all(e[0] == "duplicate" for e in rest), rest
-    lock = locks.get(f"redeliver:{name}")
-    assert lock is None or lock.task_id == result.id
+    # The copy stored no result: the caller reads the real execution's.
+    assert result.get(timeout=15) == "done"
+    # The deferred copy comes back, finds the execution completed, and is dropped.
+    _wait_log(worker, f"{result.id}] already completed", 20)
+    # Only one execution ran the body; the on_locked callable (which would have
+    # stored its own result) was never called for a copy of the same task id.
+    rest = ca.probe.lrange(f"events:{name}", 0, -1)
+    assert rest == [], rest
+    assert result.get(timeout=5) == "done"
+    assert locks.get(f"redeliver:{name}") is None
 
 
 @needs_prompt_redelivery
@@ -127,3 +143,92 @@ def test_a_task_that_locks_its_own_guard_name_finishes(worker: ca.Worker, name: 
     # The function guarded by the same name re-entered it as well.
     assert result.get(timeout=20) == 2
     assert locks.get("selflock:7") is None
+
+
+def _start_pid(tag: str, task_id: str) -> int:
+    """Wait for the start event of *task_id* on events:<tag>; return its process's pid."""
+    event = _events(tag, 20)
+    assert event[:2] == ["start", task_id], event
+    return int(event[2])
+
+
+def test_a_requeued_copy_of_a_killed_pool_process_runs_at_once(
+    worker: ca.Worker, name: str
+) -> None:
+    """acks_late + reject_on_worker_lost: Celery requeues the message of a pool process
+    that died; the copy runs at once, not after the dead execution's 30 s lease."""
+    if worker.pool != "prefork":
+        pytest.skip("only a prefork pool has pool processes to lose")
+    result = ca.requeued_on_loss.apply_async((name,), queue=QUEUE)
+    pid = _start_pid(name, result.id)
+    os.kill(pid, signal.SIGKILL)  # as the OOM killer does: none of the task's code runs
+    killed = time.monotonic()
+    again = _start_pid(name, result.id)  # the same task id, started again
+    assert again != pid
+    assert time.monotonic() - killed < 10, "the copy waited for the dead execution's lease"
+    ca.probe.rpush(f"gate:{name}", "go")
+    assert result.get(timeout=20) == "done"
+    assert _events(name, 5)[:2] == ["end", result.id]
+    assert ca.probe.llen(f"events:{name}") == 0  # it ran to completion once, after the loss
+
+
+def test_a_copy_of_a_completed_task_is_dropped(worker: ca.Worker, name: str) -> None:
+    """A late redelivery of a message whose execution completed (here: the same task id
+    sent again) is recognised and not run again, and stores no result over the real one."""
+    first = ca.late_long_lease.apply_async((name,), queue=QUEUE)
+    assert _start_pid(name, first.id)
+    ca.probe.rpush(f"gate:{name}", "go")
+    assert first.get(timeout=20) == "done"
+    assert _events(name, 5)[:2] == ["end", first.id]
+    copy = ca.late_long_lease.apply_async((name,), queue=QUEUE, task_id=first.id)
+    _wait_log(worker, f"{first.id}] already completed", 20)
+    assert ca.probe.llen(f"events:{name}") == 0, "the completed task ran again"
+    assert copy.get(timeout=5) == "done"
+    assert locks.get(f"late:{name}") is None
+
+
+def test_a_copy_of_a_live_execution_is_deferred_not_consumed(worker: ca.Worker, name: str) -> None:
+    """A copy that finds its lock held by another execution of its task id that is not
+    known to be dead is sent again for when that hold's lease runs out; if the hold was
+    never released (the execution died where nobody saw it), the copy then runs."""
+    task_id = f"copy-{name}"
+    # Another execution of this task id, alive as far as anyone can tell (this process),
+    # whose lease runs out in 3 s without a release: as a worker on another host that
+    # was cut off.
+    held = locks.lock(f"late:{name}", owner=f"{task_id}:elsewhere", ttl=3, auto_renew=False)
+    assert held.acquire(blocking=False)
+    result = ca.late_long_lease.apply_async((name,), queue=QUEUE, task_id=task_id)
+    _wait_log(worker, f"{task_id}] is a redelivered copy of execution", 20)
+    assert ca.probe.llen(f"events:{name}") == 0  # not run beside the other execution
+    _start_pid(name, task_id)  # the deferred copy, once the lease ran out
+    ca.probe.rpush(f"gate:{name}", "go")
+    assert result.get(timeout=20) == "done"
+
+
+@needs_prompt_redelivery
+def test_a_redelivery_after_the_worker_was_killed_runs_before_the_lease_ends(name: str) -> None:
+    """The whole worker SIGKILLed (nobody frees the lock): the redelivered copy, on a
+    worker of the same host, sees the holder's process is gone and takes over at once
+    instead of waiting out the dead execution's 30 s lease."""
+    _flush_broker()
+    first = _worker("doomed-late")
+    try:
+        first.wait_ready()
+        result = ca.late_long_lease.apply_async((name,), queue=QUEUE)
+        pid = _start_pid(name, result.id)
+        first.kill()
+        killed = time.monotonic()
+    finally:
+        first.stop()
+    second = _worker("survivor-late")
+    try:
+        second.wait_ready()
+        again = _start_pid(name, result.id)
+        assert again != pid
+        assert time.monotonic() - killed < 15, "the copy waited for the dead execution's lease"
+        info = locks.get(f"late:{name}")
+        assert info is not None and info.pid == again
+        ca.probe.rpush(f"gate:{name}", "go")
+        assert result.get(timeout=20) == "done"
+    finally:
+        second.stop()
