@@ -41,6 +41,7 @@ from celery.signals import task_revoked
 from celery.utils import uuid
 
 from ._keys_template import KeySpec
+from .celery_autoretry import autoretry_delay
 from .celery_redelivery import (
     TAKEOVER_TRIES,
     completed,
@@ -241,14 +242,21 @@ def run_guarded(
             result = body()
     except (Retry, Reject) as exc:
         if isinstance(exc, Retry) and config.lock_on_retry == "keep" and config.limit is None:
-            _keep_for_retry(lock, exc, task.request.id)
+            _keep_for_retry(lock, _delay_seconds(exc.when), task.request.id)
         else:
             _release(lock, every_hold=outermost)
         raise
-    except Exception:
-        if late:
-            record_completion(config.lock_manager(), task_id)
-        _release_at_end(lock, task, outermost)
+    except Exception as exc:
+        # Celery's autoretry_for wrapper, outside this body, turns some into a Retry.
+        delay = autoretry_delay(task, exc)
+        if delay is None:
+            if late:
+                record_completion(config.lock_manager(), task_id)
+            _release_at_end(lock, task, outermost)
+        elif config.lock_on_retry == "keep" and config.limit is None:
+            _keep_for_retry(lock, delay, task.request.id)
+        else:
+            _release(lock, every_hold=outermost)
         raise
     except BaseException:  # the execution was stopped: its message may come again
         _release_at_end(lock, task, outermost)
@@ -300,11 +308,11 @@ def _release_at_end(lock: Lock, task: Task, outermost: bool) -> None:
         )
 
 
-def _keep_for_retry(lock: Lock, exc: Retry, task_id: str | None) -> None:
-    # The retry runs later under the same task id: keep the lease long enough to
-    # cover the countdown, hand the hold to the task id (the retry's execution
-    # takes it over), and stop renewing it from this execution.
-    keep = _delay_seconds(exc.when) + (lock.ttl_seconds or 0.0)
+def _keep_for_retry(lock: Lock, delay: float, task_id: str | None) -> None:
+    # The retry runs later (in *delay* seconds at most) under the same task id: keep
+    # the lease long enough to cover the countdown, hand the hold to the task id
+    # (the retry's execution takes it over), and stop renewing it from this execution.
+    keep = delay + (lock.ttl_seconds or 0.0)
     owner = lock.owner
     try:
         if task_id is not None and owner != task_id:
@@ -382,8 +390,19 @@ def _refuse_task(func: Any) -> None:
         )
 
 
-class SingleInstanceTask(Task):  # type: ignore[misc]
+try:  # Celery 5.4+: what Celery's Django fixup makes app.Task (delay_on_commit and co.)
+    from celery.contrib.django.task import DjangoTask as _TaskBase
+except ImportError:  # pragma: no cover - Celery 5.3
+    _TaskBase = Task
+
+
+class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
     """A Celery task base class: one execution at a time per lock key.
+
+    On Celery 5.4+ it is a ``DjangoTask`` (what Celery's Django fixup makes
+    ``app.Task``), so ``delay_on_commit()`` and ``apply_async_on_commit()`` send
+    the task when the transaction commits, and the enqueue-time dedupe happens
+    then, when the task is really sent.
 
     Configure with task options (``@app.task(base=SingleInstanceTask, lock_key=...)``)
     or class attributes:

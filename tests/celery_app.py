@@ -442,3 +442,14 @@ def late_long_lease(self: Any, tag: str) -> str:
     _wait_gate(tag)
     _event(tag, "end", self.request.id, os.getpid())
     return "done"
+
+
+# Celery's autoretry_for (tests/test_celery_worker.py).
+@app.task(bind=True, autoretry_for=(ValueError,), retry_kwargs={"countdown": 2, "max_retries": 1})
+@single_instance("autoretry:{tag}", ttl=30)
+def flaky(self: Any, tag: str, always: bool = False) -> str:
+    """Fails with ValueError (autoretried 2 s later, once); the retry succeeds unless *always*."""
+    _event(tag, "run", self.request.id, self.request.retries)
+    if always or self.request.retries == 0:
+        raise ValueError("fails")
+    return "done"

@@ -505,3 +505,25 @@ def test_the_level_of_skip_lines_is_a_setting(caplog: pytest.LogCaptureFixture) 
     assert is_skipped(result)
     (line,) = [r for r in caplog.records if "'nested:8'" in r.getMessage()]
     assert line.levelno == logging.INFO
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    not hasattr(SingleInstanceTask, "delay_on_commit"), reason="Celery 5.3 has no DjangoTask"
+)
+def test_delay_on_commit_sends_and_dedupes_when_the_transaction_commits() -> None:
+    from django.db import transaction
+
+    with transaction.atomic():
+        lenient.delay_on_commit(31)
+        lenient.apply_async_on_commit((31,))
+        # Nothing is sent (or locked) before the commit.
+        assert locks.get("q:31") is None
+    info = locks.get("q:31")
+    assert info is not None and info.task_name == lenient.name
+    # The second call was deduplicated onto the first when both were really sent.
+    assert lenient.delay(31).id == info.task_id
+    with transaction.atomic():
+        lenient.delay_on_commit(32)
+        transaction.set_rollback(True)
+    assert locks.get("q:32") is None  # rolled back: never sent, never locked

@@ -284,3 +284,28 @@ def test_revoked_and_expired_queued_tasks_release_their_enqueue_lock(
         RESULT_WAIT,
         "the REVOKED states",
     )
+
+
+def test_autoretry_keeps_the_lock_for_the_retry_and_frees_it_at_the_end(
+    worker: ca.Worker, name: str
+) -> None:
+    first = ca.flaky.delay(name)
+    assert wait_event(name) == ["run", first.id, "0"]
+    # During the 2 s backoff the lock is kept for the retry: a duplicate is skipped.
+    duplicate = ca.flaky.delay(name)
+    skipped = duplicate.get(timeout=RESULT_WAIT)
+    assert is_skipped(skipped) and skipped["holder"] == first.id
+    assert wait_event(name) == ["run", first.id, "1"]
+    assert first.get(timeout=RESULT_WAIT) == "done"
+    wait_until(lambda: locks.get(f"autoretry:{name}") is None, 5, "the release")
+
+
+def test_autoretry_with_no_retries_left_releases_the_lock(worker: ca.Worker, name: str) -> None:
+    result = ca.flaky.delay(name, always=True)
+    assert wait_event(name) == ["run", result.id, "0"]
+    assert wait_event(name) == ["run", result.id, "1"]
+    with pytest.raises(ValueError):
+        result.get(timeout=RESULT_WAIT)
+    # The last failure ends the task: released at once, not kept for a retry.
+    info = locks.get(f"autoretry:{name}")
+    assert info is None, info
