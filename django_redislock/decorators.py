@@ -36,6 +36,7 @@ from .exceptions import LockBackendError
 from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after, task_hooks
 from .semaphore import validate_limit
 from .settings_spec import validate_view_redis_error
+from .transactions import release_after_transactions
 
 if TYPE_CHECKING:
     from .lock import Lock
@@ -208,7 +209,11 @@ def _run_held(
 
 def _release(lock: Lock, exc_info: Any, request: HttpRequest | None) -> None:
     """Leave the call's lock as ``with lock:`` does; for a view whose release Redis could
-    not confirm, log it and keep the view's outcome (the lease runs out unrenewed)."""
+    not confirm, log it and keep the view's outcome (the lease runs out unrenewed).
+    A view's lock is released only once the transactions it ran in have ended
+    (``ATOMIC_REQUESTS``; see :mod:`django_redislock.transactions`)."""
+    if request is not None and release_after_transactions(lock):
+        return
     try:
         lock.__exit__(*exc_info)
     except LockBackendError as error:
@@ -218,7 +223,10 @@ def _release(lock: Lock, exc_info: Any, request: HttpRequest | None) -> None:
 
 
 async def _arelease(lock: Lock, exc_info: Any, request: HttpRequest | None) -> None:
-    """:func:`_release` for asyncio."""
+    """:func:`_release` for asyncio. The transactions are asked about in the thread the
+    view's sync code (``sync_to_async``) runs in: where they would be open."""
+    if request is not None and await sync_to_async(release_after_transactions)(lock):
+        return
     try:
         await lock.__aexit__(*exc_info)
     except LockBackendError as error:

@@ -26,6 +26,7 @@ from .handler import BackendSource, BlockingBackend, default_source
 from .lock import Lock
 from .rwlock import ReadWriteLock
 from .semaphore import Semaphore
+from .transactions import AtomicLock
 
 __all__ = ["ExtendResult", "LockManager", "locks"]
 
@@ -88,6 +89,31 @@ class LockManager:
     def lock(self, name: str, **options: Any) -> Lock:
         """Return a :class:`Lock` called *name*; see :class:`Lock` for the options."""
         return Lock(name, manager=self, **options)
+
+    def atomic(
+        self,
+        name: str,
+        *,
+        using: str | None = None,
+        savepoint: bool = True,
+        durable: bool = False,
+        **options: Any,
+    ) -> AtomicLock:
+        """Hold the lock *name* over a database transaction, and release it only after
+        the transaction has committed or rolled back, so the next holder reads what this
+        one committed::
+
+            with locks.atomic(f"report:{pk}", timeout=10) as held:
+                ...                 # inside transaction.atomic(using=using)
+
+        Entering acquires the lock (``LockNotAcquired`` as ``with lock:``, and no
+        transaction is opened), then opens ``transaction.atomic(using, savepoint,
+        durable)``. Inside an outer atomic block, the release waits for the outermost
+        block of every database of this thread that is in one (see docs/locks.md); the
+        watchdog renews the lease meanwhile. The *options* are :class:`Lock`'s.
+        """
+        lock = self.lock(name, **options)
+        return AtomicLock(lock, using=using, savepoint=savepoint, durable=durable)
 
     def semaphore(self, name: str, limit: int, **options: Any) -> Semaphore:
         """Return a :class:`Semaphore` of *limit* permits called *name* (at most *limit*
