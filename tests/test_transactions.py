@@ -129,6 +129,21 @@ def test_a_test_cases_own_transaction_does_not_hold_a_views_lock() -> None:
     assert locks.get("tx:view") is None
 
 
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db
+def test_under_a_test_case_atomic_requests_hold_until_the_callbacks_run(
+    atomic_requests: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    # The request's block is a savepoint of the test's transaction: no real commit.
+    assert Client().post("/view/").status_code == 200
+    assert locks.get("tx:view") is not None
+    locks.force_release("tx:view")
+    with django_capture_on_commit_callbacks(execute=True):  # as docs/views.md says
+        assert Client().post("/view/").status_code == 200
+    assert held_at_commit == [True]
+    assert locks.get("tx:view") is None
+
+
 # -- locks.atomic ----------------------------------------------------------------
 
 
