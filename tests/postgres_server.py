@@ -10,6 +10,7 @@ are none (the tests that need them skip, saying so).
 
 from __future__ import annotations
 
+import atexit
 import os
 import pwd
 import shutil
@@ -65,6 +66,7 @@ class PostgresServer:
                 stderr=subprocess.STDOUT,
                 **self._as_user(),
             )
+        atexit.register(self.stop)  # also when the run is interrupted
         self._wait_ready()
 
     def settings(self, **extra: object) -> dict[str, object]:
@@ -88,7 +90,7 @@ class PostgresServer:
         )  # fmt: skip
 
     def stop(self) -> None:
-        """Stop the postmaster (fast shutdown, bounded) and delete the cluster."""
+        """Stop the postmaster (fast shutdown, bounded) and delete the cluster; again: nothing."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)  # fast shutdown: open sessions are ended
             try:
