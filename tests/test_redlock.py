@@ -31,6 +31,7 @@ from django_redislock import LockManager, locks, single_instance
 from django_redislock.checks import check_server, check_settings
 from django_redislock.engine.backends.redlock import RedlockBackend
 from django_redislock.exceptions import QuorumNotReached
+from tests.holding import wait_until
 from tests.redlock_servers import Master, shared_masters
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,6 +98,66 @@ def test_three_masters_down_refuse_promptly_and_leave_nothing(
     # The two live masters granted it and were told to give it back.
     key = manager.backend().keyspace.keys(lock_name).lock
     assert [m.client().exists(key) for m in masters[3:]] == [0, 0]
+
+
+def _free_once_the_paused_masters_ran_the_refused_acquire(
+    masters: list[Master], manager: LockManager, name: str
+) -> None:
+    """Wait until the resumed masters (the first three) ran what waited in their
+    sockets while they were paused (the acquire made the fence hash; what came after
+    it on the same connection ran in the same read), then: nobody holds *name*, and a
+    next owner gets it."""
+    fence_key = manager.backend().keyspace.keys(name).fence
+    wait_until(lambda: all(m.client().exists(fence_key) for m in masters[:3]), timeout=5)
+    assert _holders(masters, manager, name) == [None] * 5
+    fresh = LockManager(redlock_caches=[m.url for m in masters])  # no master left out
+    following = fresh.lock(name, owner="next", auto_renew=False)
+    assert following.acquire(blocking=False)
+    assert following.release() == 0
+
+
+def test_a_refused_acquire_leaves_no_hold_on_paused_masters_when_they_resume(
+    masters: list[Master], manager: LockManager, lock_name: str
+) -> None:
+    """3 of 5 masters are paused (SIGSTOP) with the client's connections open: the
+    acquire is refused at once, but its writes wait in the paused masters' sockets and
+    run when they resume. The give-back must run there too, after them: the lock is
+    free afterwards, and the next owner gets it."""
+    warm = manager.lock(lock_name + ":warm", auto_renew=False)
+    assert warm.acquire()  # a connection per master, left open in the pools
+    assert warm.release() == 0
+    for master in masters[:3]:
+        master.pause()
+    lock = manager.lock(lock_name, auto_renew=False)
+    started = time.monotonic()
+    with pytest.raises(QuorumNotReached):
+        lock.acquire(timeout=5)
+    assert time.monotonic() - started < 1.0
+    for master in masters[:3]:
+        master.resume()
+    _free_once_the_paused_masters_ran_the_refused_acquire(masters, manager, lock_name)
+
+
+def test_a_refused_aacquire_leaves_no_hold_on_paused_masters_when_they_resume(
+    masters: list[Master], manager: LockManager, lock_name: str
+) -> None:
+    """The asyncio twin of the test above."""
+
+    async def refused() -> None:
+        async with manager.lock(lock_name + ":warm", auto_renew=False):
+            pass  # a connection per master, left open in the loop's pools
+        for master in masters[:3]:
+            master.pause()
+        lock = manager.lock(lock_name, auto_renew=False)
+        started = time.monotonic()
+        with pytest.raises(QuorumNotReached):
+            await lock.aacquire(timeout=5)
+        assert time.monotonic() - started < 1.0
+        for master in masters[:3]:
+            master.resume()
+
+    asyncio.run(refused())
+    _free_once_the_paused_masters_ran_the_refused_acquire(masters, manager, lock_name)
 
 
 def test_a_master_restarted_empty_does_not_lose_a_renewed_lock(
@@ -207,13 +268,13 @@ def test_replies_that_came_while_the_event_loop_was_blocked_still_count(
     """The asyncio twin: the loop is blocked (a real ``time.sleep`` in it) past the node
     timeout right after the first master answered; the other masters' replies, read in
     the next loop turns, still count. The block is injected around one master's call."""
-    from django_redislock.engine.backends import aredlock as module
+    from django_redislock.engine.backends.aredlock import AsyncRedlockBackend
 
-    real_evalsha = module._evalsha
+    real_exchange = AsyncRedlockBackend._exchange
     blocked: list[bool] = []
 
-    async def blocking_evalsha(client: Any, call: Any) -> Any:
-        reply = await real_evalsha(client, call)
+    async def blocking_exchange(self: AsyncRedlockBackend, *args: Any) -> Any:
+        reply = await real_exchange(self, *args)
         if not blocked:
             blocked.append(True)
             time.sleep(0.15)  # longer than the 100 ms node timeout of a 30 s lease
@@ -223,7 +284,7 @@ def test_replies_that_came_while_the_event_loop_was_blocked_still_count(
         lock = manager.lock(lock_name, auto_renew=False)
         async with lock:  # warm: connections and scripts in place
             pass
-        monkeypatch.setattr(module, "_evalsha", blocking_evalsha)
+        monkeypatch.setattr(AsyncRedlockBackend, "_exchange", blocking_exchange)
         assert await lock.aacquire(blocking=False)
         assert blocked, "the block was not injected"
         monkeypatch.undo()

@@ -1,4 +1,5 @@
-"""Redlock on asyncio: the same as :mod:`.redlock`, with one task per master."""
+"""Redlock on asyncio: the same as :mod:`.redlock`, with one task per master (the
+rounds of a call are :meth:`.RedlockBase._rounds`, shared with the blocking backend)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,17 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from ..awakeup import AsyncWakeHub
 from ..calls import Call
 from ..info import LockInfo
-from ..quorum import Reply, decide_commit, plan, undo_call
+from ..quorum import Reply
 from . import server
 from .masters import async_master
-from .redlock import RedlockBase, next_position, scan_position
+from .redlock import (
+    RedlockBase,
+    WriteBehind,
+    _checkout,
+    _command,
+    next_position,
+    scan_position,
+)
 
 #: Loop turns a scatter still gives replies once its node timeout has passed (a
 #: reply read from the socket may take a turn or two to reach its task).
@@ -30,25 +38,45 @@ class AsyncRedlockBackend(RedlockBase):
 
     async def run(self, call: Call) -> Any:
         """:meth:`RedlockBackend.run`, awaitable."""
-        steps = plan(call)
-        started = time.monotonic()
-        replies = await self.scatter(steps.sent, steps.timeout)
-        outcome = steps.combine(replies, (time.monotonic() - started) * 1000)
-        if not self._returns_grant(call):
-            return outcome
-        commit = self._commit_for(call, outcome)
-        if commit is not None:
-            outcome = decide_commit(outcome.reply, await self.scatter(commit, steps.timeout))
-        if outcome.undo:
-            await self.scatter(undo_call(call, self.retention_arg), steps.timeout)
-        return self._settled(outcome)
+        held: list[tuple[int, Any]] = []  # (master, connection) whose reply did not come
+        rounds = self._rounds(call)
+        replies: list[Any] | None = None  # sent back into the rounds
+        try:
+            while True:
+                step, replies = rounds.send(replies), None
+                if isinstance(step, WriteBehind):
+                    await self._let_go(held, step.call)
+                    continue
+                replies = await self.scatter(step.call, step.timeout, held if step.hold else None)
+        except StopIteration as done:
+            return done.value
+        finally:
+            await self._let_go(held)
 
-    async def scatter(self, call: Call, timeout: float) -> list[Reply]:
+    async def _let_go(self, held: list[tuple[int, Any]], behind: Call | None = None) -> None:
+        """:meth:`RedlockBackend._let_go`, awaitable."""
+        while held:
+            i, conn = held.pop()
+            try:
+                if behind is not None:
+                    command = conn.pack_command(*self._eval_command(behind))
+                    await conn.send_packed_command(command, check_health=False)
+            except (RedisError, OSError):
+                pass
+            finally:
+                await conn.disconnect(nowait=True)
+                await self.clients[i].connection_pool.release(conn)
+
+    async def scatter(
+        self, call: Call, timeout: float, held: list[tuple[int, Any]] | None = None
+    ) -> list[Reply]:
         """:meth:`RedlockBackend.scatter` for one call, with one task per master."""
         replies: list[Reply] = [None] * len(self.clients)
+        conns: dict[int, Any] = {}  # master -> its connection, once checked out
+        sent: set[int] = set()  # masters whose call was written
         tasks = {
-            asyncio.ensure_future(_evalsha(client, call)): i
-            for i, client in enumerate(self.clients)
+            asyncio.ensure_future(self._exchange(i, call, conns, sent)): i
+            for i in range(len(self.clients))
             if not self._left_out(i)
         }
         deadline = time.monotonic() + timeout
@@ -73,10 +101,42 @@ class AsyncRedlockBackend(RedlockBase):
                     replies[tasks[task]] = exc if exc is not None else task.result()
         finally:
             for task in pending:
-                task.cancel()  # redis.asyncio drops a connection whose command was cancelled
+                task.cancel()
+            if pending:  # cancelled reads end at once; then their connections are free
+                await asyncio.wait(pending)
             for task, i in tasks.items():
-                self._answered(i, None if task in pending else replies[i])
+                silent = task in pending
+                self._answered(i, None if silent else replies[i])
+                conn = conns.get(i)
+                if conn is None:
+                    continue
+                if silent and held is not None and i in sent:
+                    held.append((i, conn))
+                    continue
+                if silent:
+                    await conn.disconnect(nowait=True)  # nobody may read its late reply
+                await self.clients[i].connection_pool.release(conn)
         return replies
+
+    async def _exchange(self, i: int, call: Call, conns: dict[int, Any], sent: set[int]) -> Any:
+        """Send *call* to master *i* on a connection of its own (noted in *conns*, and
+        in *sent* once written) and read the reply; an error reply is returned. A
+        connection that failed is closed."""
+        conn = conns[i] = await _checkout(self.clients[i].connection_pool)
+        try:
+            await conn.send_packed_command(conn.pack_command(*_command(call)), check_health=False)
+            sent.add(i)
+            try:
+                return await conn.read_response(disconnect_on_error=False)
+            except NoScriptError:  # a master restarted empty: the script's text
+                command = conn.pack_command(*self._eval_command(call))
+                await conn.send_packed_command(command, check_health=False)
+                return await conn.read_response(disconnect_on_error=False)
+        except ResponseError as exc:
+            return exc
+        except (RedisError, OSError):
+            await conn.disconnect(nowait=True)
+            raise
 
     async def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:
         """:meth:`RedlockBackend.scan_page`, awaitable."""
@@ -134,14 +194,3 @@ class AsyncRedlockBackend(RedlockBase):
                 await client.aclose()
             except (RedisError, OSError, RuntimeError, asyncio.CancelledError):
                 pass
-
-
-async def _evalsha(client: Any, call: Call) -> Any:
-    try:
-        try:
-            return await client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-        except NoScriptError:
-            await client.script_load(call.script.source)
-            return await client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-    except ResponseError as exc:
-        return exc

@@ -12,6 +12,11 @@ replies mean. Only the I/O is here:
   master is left out of the next calls for a backoff (so a paused master costs
   one timeout per backoff, not one per call). The asyncio backend does the same
   with one task per master.
+* **A refused acquire leaves nothing behind.** Its give-back goes to the masters
+  that answered, and is written behind the acquire on the connection of each
+  master that did not (a paused master runs what waits in its socket when it
+  resumes: the acquire, then the give-back). :meth:`RedlockBase._rounds` decides
+  the rounds of a call for both backends.
 * **Connections that cannot hang on a dead master**: see :mod:`.masters`.
 * **No queue.** Waiters are recorded per master and poked by the release; see
   :mod:`..quorum_scripts`. Waiting is therefore not first come, first served.
@@ -22,8 +27,8 @@ from __future__ import annotations
 import dataclasses
 import select
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Generator, Sequence
+from typing import Any, NamedTuple
 
 import redis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
@@ -72,6 +77,27 @@ def _checkout(pool: Any) -> Any:
     return pool.get_connection()
 
 
+class Scatter(NamedTuple):
+    """A round: send *call* to every master, answer with their replies (one each).
+
+    With *hold*, the connection of a master whose reply did not come is kept (not
+    read, not reused) until the call ends, for a :class:`WriteBehind`."""
+
+    call: Call
+    timeout: float
+    hold: bool = False
+
+
+class WriteBehind(NamedTuple):
+    """Write *call* on each held connection, behind what it carried, and close it: a
+    master that did not answer runs it after that when it answers again."""
+
+    call: Call
+
+
+Round = Scatter | WriteBehind
+
+
 class RedlockBase:
     """What both Redlock backends hold."""
 
@@ -110,6 +136,39 @@ class RedlockBase:
     def _returns_grant(call: Call) -> bool:
         """Whether *call* may have granted the lock (and so may need undoing)."""
         return call.script is acquire_script or call.script is cancel_script
+
+    def _rounds(self, call: Call) -> Generator[Round, Any, Any]:
+        """Every decision of *call* on the masters, as rounds the backend performs
+        (:class:`Scatter`: the masters' replies are sent back in; :class:`WriteBehind`);
+        returns the answer, or raises.
+
+        A call that may grant holds the connections of the masters that did not
+        answer: their write may land when they answer again (a paused master runs
+        what waits in its socket). When the grant does not stand, the give-back goes
+        to the masters that answered and is written behind the acquire on the held
+        connections, so it runs after the acquire wherever the acquire runs."""
+        steps = plan(call)
+        grants = self._returns_grant(call)
+        started = time.monotonic()
+        replies = yield Scatter(steps.sent, steps.timeout, grants)
+        outcome = steps.combine(replies, (time.monotonic() - started) * 1000)
+        if not grants:
+            return outcome
+        commit = self._commit_for(call, outcome)
+        if commit is not None:
+            replies = yield Scatter(commit, steps.timeout, True)
+            outcome = decide_commit(outcome.reply, replies)
+        if outcome.undo:
+            undo = undo_call(call, self.retention_arg)
+            yield WriteBehind(undo)
+            yield Scatter(undo, steps.timeout)
+        return self._settled(outcome)
+
+    @staticmethod
+    def _eval_command(call: Call) -> tuple[Any, ...]:
+        """*call* as ``EVAL`` with the script's text, which a master that does not
+        know the script runs too (what is written behind on a held connection)."""
+        return ("EVAL", call.script.source, len(call.keys), *call.keys, *call.args)
 
     def _commit_for(self, call: Call, outcome: Any) -> Call | None:
         """The commit round an acquire's outcome needs (monotonic fencing), if any."""
@@ -182,21 +241,37 @@ class RedlockBackend(RedlockBase):
 
     def run(self, call: Call) -> Any:
         """Run *call* on every master and decide the answer from their replies."""
-        steps = plan(call)
-        started = time.monotonic()
-        replies = self.scatter_calls([[steps.sent]] * len(self.clients), steps.timeout)
-        elapsed = (time.monotonic() - started) * 1000
-        outcome = steps.combine([_first(r) for r in replies], elapsed)
-        if not self._returns_grant(call):
-            return outcome
-        commit = self._commit_for(call, outcome)
-        if commit is not None:
-            replies = self.scatter_calls([[commit]] * len(self.clients), steps.timeout)
-            outcome = decide_commit(outcome.reply, [_first(r) for r in replies])
-        if outcome.undo:
-            undo = undo_call(call, self.retention_arg)
-            self.scatter_calls([[undo]] * len(self.clients), steps.timeout)
-        return self._settled(outcome)
+        held: list[tuple[int, Any]] = []  # (master, connection) whose reply did not come
+        rounds = self._rounds(call)
+        replies: list[Any] | None = None  # sent back into the rounds
+        try:
+            while True:
+                step, replies = rounds.send(replies), None
+                if isinstance(step, WriteBehind):
+                    self._let_go(held, step.call)
+                    continue
+                every = [[step.call]] * len(self.clients)
+                got = self.scatter_calls(every, step.timeout, held if step.hold else None)
+                replies = [_first(r) for r in got]
+        except StopIteration as done:
+            return done.value
+        finally:
+            self._let_go(held)
+
+    def _let_go(self, held: list[tuple[int, Any]], behind: Call | None = None) -> None:
+        """Close the *held* connections; with *behind*, write it on each first (see
+        :class:`WriteBehind`). A write that fails is left: that master is gone."""
+        while held:
+            i, conn = held.pop()
+            try:
+                if behind is not None:
+                    command = conn.pack_command(*self._eval_command(behind))
+                    conn.send_packed_command(command, check_health=False)
+            except (RedisError, OSError):
+                pass
+            finally:
+                conn.disconnect()
+                self.clients[i].connection_pool.release(conn)
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Renew a batch on every master at once; each result is 1 only when a majority
@@ -211,7 +286,12 @@ class RedlockBackend(RedlockBase):
             results.append(plan(call).combine(column, 0.0))
         return results
 
-    def scatter_calls(self, calls: list[list[Call]], timeout: float) -> list[Any]:
+    def scatter_calls(
+        self,
+        calls: list[list[Call]],
+        timeout: float,
+        held: list[tuple[int, Any]] | None = None,
+    ) -> list[Any]:
         """:meth:`scatter` of script calls; a master that did not know a script (it
         restarted empty) loads it and answers again, alone."""
         made: dict[int, list[tuple[Any, ...]]] = {}  # masters sent the same calls share them
@@ -220,19 +300,21 @@ class RedlockBackend(RedlockBase):
             if id(mine) not in made:
                 made[id(mine)] = [_command(c) for c in mine]
             commands.append(made[id(mine)])
-        return self._reload_missing(calls, self.scatter(commands, timeout))
+        return self._reload_missing(calls, self.scatter(commands, timeout, held))
 
     def scatter(
         self,
         commands: list[list[tuple[Any, ...]]],
         timeout: float,
+        held: list[tuple[int, Any]] | None = None,
     ) -> list[Any]:
         """Send each master its commands at once, then read until all answered or
         *timeout* passed.
 
         One entry per master: the list of its replies (an error reply as its
         exception), an exception when the master failed, None when it did not
-        answer in time.
+        answer in time. The connection of a master that did not answer is closed,
+        or with *held*, added to it (master, connection) for the caller to close.
         """
         n = len(self.clients)
         replies: list[Any] = [None] * n
@@ -282,10 +364,13 @@ class RedlockBackend(RedlockBase):
                 if conn is None:
                     continue
                 silent = replies[i] is None
+                self._answered(i, None if silent else replies[i])
+                if silent and held is not None:
+                    held.append((i, conn))
+                    continue
                 if silent:
                     conn.disconnect()  # its reply is still coming: nobody may read it
                 self.clients[i].connection_pool.release(conn)
-                self._answered(i, None if silent else replies[i])
         return replies
 
     def _reload_missing(self, commands: list[list[Call]], replies: list[Any]) -> list[Any]:
