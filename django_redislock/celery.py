@@ -37,7 +37,6 @@ from celery import Task
 from celery._state import get_current_task
 from celery.exceptions import Reject, Retry
 from celery.local import Proxy
-from celery.signals import task_revoked
 from celery.utils import uuid
 
 from ._keys_template import KeySpec
@@ -65,7 +64,6 @@ from .guard import (
     lease_left,
     not_acquired,
     register_task_hooks,
-    release_holders,
 )
 from .lock import Lock
 from .semaphore import validate_limit
@@ -635,29 +633,6 @@ class _UnlockedMarker:
 _Unlocked: Any = _UnlockedMarker()
 
 
-def _release_on_revoke(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
-    """Free a revoked (or expired, or terminated) task's lock, in the worker's main process."""
-    task = sender
-    task_id = getattr(request, "id", None)
-    if task is None or task_id is None:
-        return
-    try:
-        spec_config = _config_of(task)
-        if spec_config is None:
-            return
-        config, spec = spec_config
-        name = spec.render(
-            tuple(getattr(request, "args", None) or ()),
-            dict(getattr(request, "kwargs", None) or {}),
-        )
-        # The enqueue-time hold (owner: the task id), or a terminated execution's
-        # ("<task id>:<execution>"): either records the task id.
-        if release_holders(config.lock_manager(), name, lambda h: h.task_id == task_id):
-            logger.info("redislock: released lock %r of revoked task %s", name, task_id)
-    except Exception:  # a signal handler must not break the worker
-        logger.exception("redislock: could not release the lock of revoked task %s", task_id)
-
-
 def _config_of(task: Any) -> tuple[GuardConfig, KeySpec] | None:
     if isinstance(task, SingleInstanceTask):
         own = task._lock_config()
@@ -672,10 +647,6 @@ def _config_of(task: Any) -> tuple[GuardConfig, KeySpec] | None:
     return config, config.spec.without_self()
 
 
-task_revoked.connect(
-    _release_on_revoke, weak=False, dispatch_uid="django_redislock.release_on_revoke"
-)
-
 # @single_instance reaches Celery only through these (see django_redislock.guard).
 register_task_hooks(
     TaskHooks(
@@ -689,3 +660,8 @@ register_task_hooks(
 from .celery_lost import connect as _connect_lost  # noqa: E402
 
 _connect_lost(_config_of)
+
+# A revoked task's lock: freed when the revoke arrives, or when the task is discarded.
+from .celery_revoke import connect as _connect_revoke  # noqa: E402
+
+_connect_revoke()

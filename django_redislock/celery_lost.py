@@ -93,6 +93,11 @@ def connect(config_of: ConfigOf) -> None:
     worker_shutdown.connect(_on_shutdown, weak=False, dispatch_uid="django_redislock.lost.shutdown")
 
 
+def lock_config_of(task: Any) -> tuple[GuardConfig, KeySpec] | None:
+    """*task*'s lock configuration and key; None when it is not guarded."""
+    return None if _config_of is None else _config_of(task)
+
+
 class LostAwareRequest:
     """Mixed into a guarded task's request class (worker main process): a request
     whose pool process was lost frees its lock before Celery fails, retries or
@@ -218,6 +223,13 @@ def release_lost_request(request: Any) -> None:
         logger.exception("redislock: could not release the lock of lost task %s", task_id)
 
 
+def tracked_requests(task_id: str) -> list[Any]:
+    """This worker's live requests of *task_id* (guarded tasks only, main process)."""
+    if _tracker != os.getpid():
+        return []
+    return _requests(task_id)
+
+
 def _requests(task_id: str) -> list[Any]:
     refs = _received.get(task_id) or []
     return [request for request in (ref() for ref in list(refs)) if request is not None]
@@ -236,9 +248,7 @@ def release_dead_holder(
     Each release is checked against the holder's owner and fencing token as they
     were looked at, so a hold that changed hands since is left alone.
     """
-    if _config_of is None:
-        return []
-    spec_config = _config_of(task)
+    spec_config = lock_config_of(task)
     if spec_config is None:
         return []
     config, spec = spec_config

@@ -309,3 +309,29 @@ def test_autoretry_with_no_retries_left_releases_the_lock(worker: ca.Worker, nam
     # The last failure ends the task: released at once, not kept for a retry.
     info = locks.get(f"autoretry:{name}")
     assert info is None, info
+
+
+def test_revoking_a_countdown_task_frees_its_enqueue_lock_at_once(
+    worker: ca.Worker, name: str
+) -> None:
+    result = ca.unique.apply_async((23, name), countdown=120)
+    info = locks.get("uniq:23")
+    assert info is not None and info.owner == result.id and info.ttl > 120
+    # The worker has received it and keeps it until its ETA (nothing has discarded it).
+    wait_until(
+        lambda: any(
+            r["request"]["id"] == result.id
+            for rows in (ca.app.control.inspect(timeout=1).scheduled() or {}).values()
+            for r in rows
+        ),
+        15,
+        "the worker to hold the countdown task",
+    )
+    ca.app.control.revoke(result.id)
+    # Freed when the revoke arrives, not at the ETA two minutes from now.
+    wait_until(lambda: locks.get("uniq:23") is None, 10, "the release on revoke")
+    # A new call is queued again instead of being deduplicated onto the revoked task.
+    again = ca.unique.apply_async((23, name), countdown=120)
+    assert again.id != result.id
+    ca.app.control.revoke(again.id)
+    wait_until(lambda: locks.get("uniq:23") is None, 10, "the second release on revoke")
