@@ -55,6 +55,11 @@ if os.environ.get("REDISLOCK_TEST_VISIBILITY"):
         "unacked_restore_throttle": 1,
     }
 
+if os.environ.get("REDISLOCK_TEST_SOFT_SHUTDOWN"):
+    # Celery 5.5+: a cold shutdown first waits this long for running tasks, then
+    # cancels them and restores their unacknowledged messages (the Kubernetes setting).
+    app.conf.worker_soft_shutdown_timeout = float(os.environ["REDISLOCK_TEST_SOFT_SHUTDOWN"])
+
 probe = redis.Redis.from_url(settings.REDIS_URL)
 GATE_WAIT = 20  # seconds a task waits for its gate at most
 

@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Iterator
 
+import celery
 import pytest
 import redis
 from django.conf import settings
@@ -232,3 +233,36 @@ def test_a_redelivery_after_the_worker_was_killed_runs_before_the_lease_ends(nam
         assert result.get(timeout=20) == "done"
     finally:
         second.stop()
+
+
+@pytest.mark.skipif(
+    tuple(int(p) for p in celery.__version__.split(".")[:2]) < (5, 5),
+    reason="soft shutdown (worker_soft_shutdown_timeout) came in Celery 5.5",
+)
+def test_a_cold_shutdown_hands_a_running_task_to_another_worker(name: str) -> None:
+    """Celery 5.5+'s soft/cold shutdown cancels a running acks_late task and restores its
+    message: another worker runs it at once, not after the cancelled execution's lease."""
+    _flush_broker()
+    leaving = ca.Worker(
+        concurrency=1, name="leaving", queues=QUEUE, env={"REDISLOCK_TEST_SOFT_SHUTDOWN": "1"}
+    )
+    try:
+        leaving.wait_ready()
+        result = ca.late_long_lease.apply_async((name,), queue=QUEUE)
+        pid = _start_pid(name, result.id)
+        os.kill(leaving.process.pid, signal.SIGQUIT)  # cold shutdown, after a 1 s soft one
+        stopped = time.monotonic()
+        leaving.process.wait(timeout=30)
+    finally:
+        leaving.stop()
+    other = _worker("taking-over")
+    try:
+        other.wait_ready()
+        again = _start_pid(name, result.id)
+        assert again != pid
+        assert time.monotonic() - stopped < 15, "the copy waited for the cancelled lease"
+        ca.probe.rpush(f"gate:{name}", "go")
+        assert result.get(timeout=20) == "done"
+        assert _events(name, 5)[:2] == ["end", result.id]
+    finally:
+        other.stop()
