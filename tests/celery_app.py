@@ -458,3 +458,13 @@ def flaky(self: Any, tag: str, always: bool = False) -> str:
     if always or self.request.retries == 0:
         raise ValueError("fails")
     return "done"
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+@single_instance("chaos:{key}", ttl=4)
+def chaos(self: Any, key: str, tag: str, seconds: float) -> str:
+    """Runs *seconds*, recording its start and end with the process and the time."""
+    _event(tag, "start", self.request.id, os.getpid(), time.monotonic())
+    time.sleep(seconds)
+    _event(tag, "end", self.request.id, os.getpid(), time.monotonic())
+    return key

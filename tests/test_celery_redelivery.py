@@ -266,3 +266,51 @@ def test_a_cold_shutdown_hands_a_running_task_to_another_worker(name: str) -> No
         assert _events(name, 5)[:2] == ["end", result.id]
     finally:
         other.stop()
+
+
+@needs_prompt_redelivery
+def test_every_message_runs_to_completion_once_at_a_time_through_kills(name: str) -> None:
+    """Two prefork workers, a 2 s visibility timeout (so every 3 s task is also handed
+    out again while it runs), acks_late + reject_on_worker_lost, and pool processes
+    SIGKILLed under their tasks: each message runs to completion, its executions never
+    overlap, and each caller reads the real result. Checked from the bodies' own
+    start/end records."""
+    _flush_broker()
+    workers = [_worker("chaos-a"), _worker("chaos-b")]
+    try:
+        for w in workers:
+            w.wait_ready()
+        results = {
+            f"k{i}": ca.chaos.apply_async((f"k{i}", name, 3.0), queue=QUEUE) for i in range(6)
+        }
+        by_id = {r.id: key for key, r in results.items()}
+        records: list[list[str]] = []
+        kills: dict[int, float] = {}
+        deadline = time.monotonic() + 90
+        ended: set[str] = set()
+        while ended != set(by_id) and time.monotonic() < deadline:
+            got = ca.probe.blpop([f"events:{name}"], timeout=5)
+            if got is None:
+                continue
+            event = got[1].decode().split()
+            records.append(event)
+            if event[0] == "end":
+                ended.add(event[1])
+            elif event[0] == "start" and len(kills) < 2 and int(event[2]) not in kills:
+                os.kill(int(event[2]), signal.SIGKILL)  # under its task: no code of it runs
+                kills[int(event[2])] = time.monotonic()
+        assert ended == set(by_id), f"not every message ran to completion: {records}"
+        assert len(kills) == 2
+        for key, result in results.items():
+            assert result.get(timeout=30) == key  # the real result, never a marker
+        for task_id in by_id:
+            runs = sorted((float(e[3]), e[0], int(e[2])) for e in records if e[1] == task_id)
+            busy_until = 0.0
+            for at, what, pid in runs:
+                if what == "start":
+                    assert at >= busy_until, f"two executions of {task_id} overlapped: {runs}"
+                    ends = [t for t, w, p in runs if w == "end" and p == pid and t >= at]
+                    busy_until = min(ends) if ends else kills[pid]
+    finally:
+        for w in workers:
+            w.stop()
