@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +168,50 @@ def test_a_held_lock_collected_mid_round_does_not_stop_the_watchdog(
     with kept:
         time.sleep(0.6)
         assert kept.owned() and not kept.lost
+
+
+#: A fresh process that takes an auto-renewed hold (kept by a global, as a script's
+#: or a command's would be) and ends without releasing it.
+_EXIT_HOLDING = """
+import sys, django
+django.setup()
+from django_redislock import locks
+name, kind = sys.argv[1], sys.argv[2]
+if kind == "write":
+    held = locks.rw_lock(name, ttl=60).write()
+elif kind == "permit":
+    held = locks.semaphore(name, 2, ttl=60)
+else:
+    held = locks.lock(name, ttl=60)
+assert held.acquire(timeout=10)
+"""
+
+
+@pytest.mark.slow
+def test_processes_that_exit_holding_a_renewed_lock_never_hang(name: str) -> None:
+    """At interpreter exit the held Lock is collected and its entry unwatched, while
+    the stopped daemon watchdog thread may hold the watchdog's condition for ever:
+    the exit must not wait for it. 48 fresh processes, 4 at a time (2 cores), each
+    bounded; one that has not exited in time has hung."""
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings", PYTHONPATH=str(root))
+    kinds = ["mutex", "write", "permit"]
+    for batch in range(12):
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _EXIT_HOLDING, f"{name}:{batch}:{i}", kinds[i % 3]],
+                cwd=root,
+                env=env,
+            )
+            for i in range(4)
+        ]
+        try:
+            deadline = time.monotonic() + 30
+            codes = [p.wait(max(0.1, deadline - time.monotonic())) for p in procs]
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"a process holding a renewed lock hung at exit (batch {batch})")
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait(5)
+        assert codes == [0, 0, 0, 0]

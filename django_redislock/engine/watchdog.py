@@ -100,7 +100,7 @@ class WatchEntry:
 
     def _collected(self, _ref: object) -> None:
         if self.active:  # not unwatched yet: its Lock was dropped while held
-            watchdog.unwatch(self)
+            watchdog.unwatch(self, wait=False)
 
     @property
     def call(self) -> Call:
@@ -171,10 +171,18 @@ class Watchdog:
                 self._cond.notify()
         return entry
 
-    def unwatch(self, entry: WatchEntry) -> None:
-        """Stop renewing *entry*."""
+    def unwatch(self, entry: WatchEntry, *, wait: bool = True) -> None:
+        """Stop renewing *entry*.
+
+        Without *wait* (a collected Lock's callback) this never blocks: at
+        interpreter exit the callback runs while the stopped daemon thread may hold
+        the condition for ever. If the condition is busy, the entry is left for the
+        thread's next round, which drops entries whose Lock is gone.
+        """
         entry.active = False
-        with self._cond:
+        if not self._cond.acquire(blocking=wait):
+            return
+        try:
             self._entries.pop(id(entry), None)
             # Let an idle thread start its short linger now rather than after a
             # far-off renewal time; at most about once per linger period.
@@ -184,6 +192,8 @@ class Watchdog:
                 and self._wake_at - time.monotonic() > IDLE_EXIT_SECONDS
             ):
                 self._cond.notify()
+        finally:
+            self._cond.release()
 
     @property
     def running(self) -> bool:
