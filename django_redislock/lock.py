@@ -317,8 +317,13 @@ class Lock:
         keys = self._call_keys(backend)  # (fills the key cache _known_key reads)
         known = b""
         if self._made_up(owner):
-            count = known_holds.get(self._known_key(owner))
-            known = _COUNTS[count] if count < len(_COUNTS) else str(count).encode()
+            # What the client knows of its holds, the kind's own first ("n", or a read's
+            # or write's "n|m"): a hold in Redis beyond it is an orphan (see KnownHolds).
+            prefix = self._known_prefix()
+            known = b"|".join(
+                _count_arg(known_holds.get((prefix, counted, owner)))
+                for counted in self._kind.known_names(self.name)
+            )
         return flows.AcquireOp(
             keys,
             owner,
@@ -534,9 +539,12 @@ class Lock:
             pass
 
     def _known_key(self, owner: str) -> tuple[str, str, str]:
+        return (self._known_prefix(), self._kind.known_name(self.name), owner)
+
+    def _known_prefix(self) -> str:
         cached = self._keys_cache
         keyspace = cached[0] if cached is not None else self._source.backend().keyspace
-        return (keyspace.prefix, self._kind.known_name(self.name), owner)
+        return keyspace.prefix
 
     def _know(self, owner: str, holds: int) -> None:
         """Record what Redis confirmed about an owner this process made up (see KnownHolds)."""
@@ -888,6 +896,11 @@ def _start_clock() -> float:
 _lease_cache: dict[Any, tuple[int, bytes]] = {}
 #: Small hold counts as script arguments.
 _COUNTS = [str(i).encode() for i in range(8)]
+
+
+def _count_arg(count: int) -> bytes:
+    """A hold count as a script argument."""
+    return _COUNTS[count] if count < len(_COUNTS) else str(count).encode()
 
 
 def _default_lease() -> tuple[int, bytes]:

@@ -58,6 +58,10 @@ class Mutex:
         """The name the client counts its owners' holds under."""
         return name
 
+    def known_names(self, name: str) -> tuple[str, ...]:
+        """The counts an acquire carries (see :meth:`.shared.Shared.known_names`): its own."""
+        return (name,)
+
     def acquire_call(
         self, keys: Sequence[bytes], args: tuple[Any, ...], name: str, replicas: int,
         deadline: float | None,

@@ -30,6 +30,12 @@ MODE_NAMES = {"s": "permit", "r": "read", "w": "write"}
 #: The primitive each mode belongs to.
 PRIMITIVES = {"s": "semaphore", "r": "rwlock", "w": "rwlock"}
 _ARTICLES = {"mutex": "a mutex", "semaphore": "a semaphore", "rwlock": "a read-write lock"}
+_OTHER_MODE = {"r": "w", "w": "r"}
+
+
+def _counted_as(name: str, mode: str) -> str:
+    """The name the client counts an owner's holds of *name* in *mode* under."""
+    return f"{name}\0{mode}"
 
 
 class Shared:
@@ -58,7 +64,17 @@ class Shared:
 
     def known_name(self, name: str) -> str:
         """The name the client counts its owners' holds under (reads and writes apart)."""
-        return f"{name}\0{self.mode}"
+        return _counted_as(name, self.mode)
+
+    def known_names(self, name: str) -> tuple[str, ...]:
+        """The counts an acquire carries: its own mode's (a hold the client does not
+        know of is adopted, as a mutex's), then a read's or a write's other mode's.
+        A hold in the other mode that the client counts as none (its release failed,
+        which counts as done) is an orphan the script drops, instead of refusing a
+        write as an upgrade or keeping an orphaned write under a read."""
+        other = _OTHER_MODE.get(self.mode)
+        own = self.known_name(name)
+        return (own,) if other is None else (own, _counted_as(name, other))
 
     # -- calls -----------------------------------------------------------------
 

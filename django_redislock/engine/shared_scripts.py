@@ -212,7 +212,8 @@ _BASE = _BASE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 
 # ARGV: owner, nonce, ttl_ms, meta, wait_left_ms ('' = no limit; see scripts.enqueue),
 #       retention_ms, channel ('' = do not queue when held), known ('' or the
-#       holds the client knows this owner has), mode (s / r / w), limit (0 for rw).
+#       holds the client knows this owner has in this mode; for a read or a write,
+#       then '|' and those in the other mode), mode (s / r / w), limit (0 for rw).
 # Returns (see calls.decode_attempt): the fencing token (> 0) for a fresh
 # grant, {fence, count} for a repeat or re-entry, -2 - ms until the first lease
 # runs out when held; or a refusal: 'TYPE <primitive>', 'LIMIT <limit>', 'UPGRADE'.
@@ -220,7 +221,8 @@ ACQUIRE = (
     _BASE
     + r"""
 local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local retention, channel, known, mode, limit = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local retention, channel, mode, limit = ARGV[6], ARGV[7], ARGV[9], ARGV[10]
+local known, other = string.match(ARGV[8], '^([^|]*)|?(.*)$')
 local kind = 'rwlock'
 if mode == 's' then kind = 'semaphore' end
 local h = redis.call('HMGET', L, 'type', 'limit', 'owner')
@@ -228,6 +230,19 @@ if h[3] then return 'TYPE mutex' end
 if h[1] and h[1] ~= kind then return 'TYPE ' .. h[1] end
 if mode == 's' and h[2] and h[2] ~= limit then return 'LIMIT ' .. h[2] end
 purge()
+-- A hold of the owner in the other mode that the client knows none of (its release
+-- failed, which counts as done) is an orphan: it goes, as a mutex's hold the client
+-- does not know of is adopted, instead of refusing a write as an upgrade or keeping
+-- an orphaned write under a read.
+if other == '0' then
+  local theirs = 'r:' .. owner
+  if mode == 'r' then theirs = 'w:' .. owner end
+  local orphan = redis.call('HGET', L, theirs)
+  if orphan then
+    drop(theirs)
+    left_by(theirs, rec(orphan))
+  end
+end
 local member = mode .. ':' .. owner
 local held = redis.call('HGET', L, member)
 if held then
