@@ -4,7 +4,7 @@
 * ``django_redislock.E002`` a ``REDISLOCK_*`` setting has an invalid value.
 * ``django_redislock.W001`` Redis could not be reached.
 * ``django_redislock.W002`` Redis may evict lock keys (``maxmemory`` with a policy
-  other than ``noeviction``).
+  other than ``noeviction``), read from ``INFO memory`` where ``CONFIG`` is refused.
 * ``django_redislock.W003`` the lock client has no socket timeout.
 * ``django_redislock.E003`` ``REDISLOCK_WAIT_REPLICAS`` asks for more replicas than
   Redis has connected: every grant would be refused.
@@ -14,12 +14,16 @@
   replica): they fail together, so the majority is not what it seems.
 * ``django_redislock.W005`` an even number of Redlock masters, or fewer than 3.
 * ``django_redislock.W006`` Redlock masters that cannot be reached.
+* ``django_redislock.E006`` Redis (or a Redlock master) refuses to run Lua scripts.
 * ``django_redislock.W007`` a ``REDISLOCK_*`` name that is not a setting of this
   package (a misspelling?), with the closest known name.
 * ``django_redislock.E005`` / ``W008``: lock keys of views and Celery tasks
   (:mod:`django_redislock.key_checks`).
 
-Every setting's rule is its entry in :mod:`django_redislock.settings_spec`.
+Every setting's rule is its entry in :mod:`django_redislock.settings_spec`. The
+checks that ask the server (W001, W002, E003, W004, E004, W005, W006, E006) are tagged
+``database`` and run only when asked for, like Django's own database checks
+(:func:`check_server`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .conf import get_setting, setting
 from .connection import connection_kwargs, redlock_clients, resolve_client
+from .engine.backends.base import SCRIPTING_FIX
 from .engine.backends.redlock import RedlockBackend
 from .exceptions import LockBackendError
 from .handler import default_source
@@ -126,24 +131,36 @@ def _unknown_settings() -> list[checks.CheckMessage]:
 
 
 @checks.register("django_redislock", "database")
-def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """Warn when Redis is unreachable or configured to evict keys."""
+def check_server(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Ask Redis: is it reachable, does it run scripts, may it evict lock keys, are its
+    replicas and Redlock masters what the settings expect?
+
+    It talks to Redis, so like Django's own database checks it runs only when asked
+    for: ``manage.py check --database default`` (``migrate`` asks too; on Django 6+
+    ``--tag database`` or ``--tag django_redislock`` as well), never on a plain
+    ``check`` or ``runserver``.
+    """
+    if not databases:
+        return []
     try:
         backend = default_source.backend()
         values = backend.server_config("maxmemory*")
     except (ImproperlyConfigured, ValueError, TypeError):
         return []  # reported by check_settings
     except LockBackendError as exc:
-        if "unknown command" in str(exc).lower() or "no permission" in str(exc).lower():
-            return []  # CONFIG is disabled (managed Redis): nothing to inspect
-        return [
-            checks.Warning(
-                f"Redis for locks could not be reached: {exc}",
-                hint="Check REDISLOCK_CACHE / REDISLOCK_URL and that Redis is running.",
-                id="django_redislock.W001",
-            )
-        ]
-    problems = _replication_problems(backend) + _redlock_problems(backend)
+        if "unknown command" not in str(exc).lower() and "no permission" not in str(exc).lower():
+            return [
+                checks.Warning(
+                    f"Redis for locks could not be reached: {exc}",
+                    hint="Check REDISLOCK_CACHE / REDISLOCK_URL and that Redis is running.",
+                    id="django_redislock.W001",
+                )
+            ]
+        values = {}  # neither CONFIG nor INFO answers: the policy cannot be read
+    problems = _scripting_problems(backend)
+    problems += _replication_problems(backend) + _redlock_problems(backend)
     policy = values.get("maxmemory-policy", "noeviction")
     if int(values.get("maxmemory") or 0) > 0 and policy != "noeviction":
         problems.append(
@@ -153,6 +170,25 @@ def check_server(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
                 hint="Use maxmemory-policy noeviction on the Redis that holds locks, or "
                 "point REDISLOCK_URL at a Redis that does not evict.",
                 id="django_redislock.W002",
+            )
+        )
+    return problems
+
+
+def _scripting_problems(backend: Any) -> list[checks.CheckMessage]:
+    """E006: a server that refuses to run scripts (every lock operation is one)."""
+    refusals = backend.scripting_refusals()
+    problems: list[checks.CheckMessage] = []
+    for index, refusal in enumerate(refusals):
+        if refusal is None:
+            continue
+        where = f"Redlock master #{index + 1}" if isinstance(backend, RedlockBackend) else "Redis"
+        problems.append(
+            checks.Error(
+                f"{where} refuses to run Lua scripts ({refusal.__cause__}), and every lock "
+                "operation is one: each lock call would raise ScriptingUnavailable.",
+                hint=f"{SCRIPTING_FIX}.",
+                id="django_redislock.E006",
             )
         )
     return problems

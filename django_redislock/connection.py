@@ -23,7 +23,7 @@ alias whose client is a ``RedisCluster`` works too.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.cluster
@@ -58,7 +58,8 @@ def client_for_cache(alias: str) -> redis.Redis:
     backend = describe_backend(alias)
     cache: Any = caches[alias]
     if issubclass(type(cache), _django_cache_class()):
-        return cache._cache.get_client(None, write=True)  # type: ignore[no-any-return]
+        client = cache._cache.get_client(None, write=True)
+        return refuse_failover_client(client, f"the client of cache {alias!r}")  # type: ignore[no-any-return]
     if issubclass(type(cache), _django_redis_cache_class()):
         client = cache.client
         if type(client).__name__ == "ShardClient":
@@ -66,12 +67,38 @@ def client_for_cache(alias: str) -> redis.Redis:
                 f"cache {alias!r} uses django-redis's ShardClient; a lock must live on one "
                 "server: point REDISLOCK_CACHE at a cache with a single master"
             )
-        return client.get_client(write=True)  # type: ignore[no-any-return]
+        client = client.get_client(write=True)
+        return refuse_failover_client(client, f"the client of cache {alias!r}")  # type: ignore[no-any-return]
     raise ImproperlyConfigured(
         f"cache {alias!r} uses {backend}, which is not a Redis cache; set REDISLOCK_CACHE "
         "to a django-redis or django.core.cache.backends.redis.RedisCache alias (or a "
         "subclass of either), or set REDISLOCK_URL"
     )
+
+
+#: Where redis-py (7+) defines its multi-database failover clients.
+_MULTIDB_MODULES = ("redis.multidb.", "redis.asyncio.multidb.")
+_C = TypeVar("_C")
+
+
+def refuse_failover_client(client: _C, where: str) -> _C:
+    """*client*, unless it is redis-py's multi-database failover client (``MultiDBClient``,
+    redis-py 7+, blocking or asyncio): then ImproperlyConfigured naming *where* it came from.
+
+    A failover moves its commands to another database, whose locks are not the ones
+    held: Active-Active databases replicate asynchronously and merge conflicting
+    writes, so a lock held on the first can be granted again on the second.
+    """
+    for cls in type(client).__mro__:
+        if cls.__name__ == "MultiDBClient" and cls.__module__.startswith(_MULTIDB_MODULES):
+            raise ImproperlyConfigured(
+                f"{where} is redis-py's multi-database failover client (MultiDBClient): on a "
+                "failover it switches to another database with a different lock state, so "
+                "two clients could hold one lock. Give the locks a client of one primary "
+                "(redis.Redis, or through Sentinel), a RedisCluster, or independent masters "
+                "in REDISLOCK_REDLOCK_CACHES (see docs/topology.md)"
+            )
+    return client
 
 
 def _django_cache_class() -> type:

@@ -48,6 +48,17 @@ class LockBackendError(LockError):
     """
 
 
+class ScriptingUnavailable(LockBackendError):
+    """Redis refused to run a Lua script: every lock operation is one.
+
+    Raised on the first lock call to a server without scripting: a Valkey 9.1+
+    built or run without its Lua module, or a server whose ``EVAL``,
+    ``EVALSHA`` or ``SCRIPT`` commands are renamed away or denied to the lock
+    client's user by an ACL. System check ``django_redislock.E006`` reports the
+    same. The server's reply is chained as ``__cause__``.
+    """
+
+
 class BlockingCallInEventLoop(LockError, RuntimeError):
     """A blocking lock call was made inside a running asyncio event loop.
 

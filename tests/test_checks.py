@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
 from django.test import override_settings
 
 from django_redislock import LockManager, locks
@@ -17,7 +20,7 @@ def _ids(messages) -> list[str]:
 
 def test_default_settings_pass() -> None:
     assert check_settings() == []
-    assert check_server() == []
+    assert check_server(databases=["default"]) == []
 
 
 @override_settings(REDISLOCK_CACHE="locmem")
@@ -40,7 +43,21 @@ def test_invalid_settings_are_errors() -> None:
 
 def test_unreachable_redis_is_a_warning() -> None:
     with override_settings(REDISLOCK_URL=f"redis://127.0.0.1:{free_port()}/0"):
-        assert _ids(check_server()) == ["django_redislock.W001"]
+        assert _ids(check_server(databases=["default"])) == ["django_redislock.W001"]
+
+
+def test_the_server_checks_run_only_when_asked_for() -> None:
+    """Django's convention for checks that do I/O (its own database checks): a plain
+    ``manage.py check`` (or runserver) does not run them, ``--database`` does."""
+    with override_settings(REDISLOCK_URL=f"redis://127.0.0.1:{free_port()}/0"):
+        assert check_server() == []
+        assert check_server(databases=None) == []
+        out = io.StringIO()
+        call_command("check", "--database", "default", stderr=out)
+        assert "django_redislock.W001" in out.getvalue()
+        out = io.StringIO()
+        call_command("check", stderr=out)
+        assert "django_redislock.W001" not in out.getvalue()
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-ttl", "allkeys-lfu"])
@@ -49,11 +66,11 @@ def test_evicting_maxmemory_policy_is_a_warning(redis_client, policy: str) -> No
     try:
         redis_client.config_set("maxmemory", "512mb")
         redis_client.config_set("maxmemory-policy", policy)
-        messages = check_server()
+        messages = check_server(databases=["default"])
         assert _ids(messages) == ["django_redislock.W002"]
         assert policy in messages[0].msg
         redis_client.config_set("maxmemory-policy", "noeviction")
-        assert check_server() == []
+        assert check_server(databases=["default"]) == []
     finally:
         redis_client.config_set("maxmemory", old["maxmemory"])
         redis_client.config_set("maxmemory-policy", old["maxmemory-policy"])

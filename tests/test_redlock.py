@@ -298,15 +298,15 @@ def test_checks_refuse_one_server_twice_and_warn_about_the_count(
 ) -> None:
     same = [masters[0].url, masters[0].url.replace("/0", "/1"), masters[1].url]
     with override_settings(REDISLOCK_REDLOCK_CACHES=same):
-        ids = [m.id for m in check_server()]
+        ids = [m.id for m in check_server(databases=["default"])]
         assert "django_redislock.E004" in ids
     with override_settings(REDISLOCK_REDLOCK_CACHES=[m.url for m in masters[:4]]):
-        assert [m.id for m in check_server()] == ["django_redislock.W005"]
+        assert [m.id for m in check_server(databases=["default"])] == ["django_redislock.W005"]
     with override_settings(REDISLOCK_REDLOCK_CACHES=[m.url for m in masters]):
-        assert check_server() == []
+        assert check_server(databases=["default"]) == []
         masters[2].pause()
         try:
-            messages = check_server()
+            messages = check_server(databases=["default"])
         finally:
             masters[2].resume()
         assert [m.id for m in messages] == ["django_redislock.W006"]

@@ -340,14 +340,14 @@ def test_checks_compare_wait_replicas_with_the_connected_replicas(
     pair: ReplicatedPair,
 ) -> None:
     with override_settings(REDISLOCK_URL=pair.primary.url):
-        assert [m.id for m in check_server()] == ["django_redislock.W004"]
+        assert [m.id for m in check_server(databases=["default"])] == ["django_redislock.W004"]
         with override_settings(REDISLOCK_WAIT_REPLICAS=1):
-            assert check_server() == []
+            assert check_server(databases=["default"]) == []
         with override_settings(REDISLOCK_WAIT_REPLICAS=2):
-            messages = check_server()
+            messages = check_server(databases=["default"])
             assert [m.id for m in messages] == ["django_redislock.E003"]
             assert "has 1 replica(s) connected" in messages[0].msg
     with override_settings(REDISLOCK_WAIT_REPLICAS=1):  # the test Redis has none
-        assert [m.id for m in check_server()] == ["django_redislock.E003"]
+        assert [m.id for m in check_server(databases=["default"])] == ["django_redislock.E003"]
     with override_settings(REDISLOCK_WAIT_REPLICAS="one", REDISLOCK_WAIT_TIMEOUT=0):
         assert [m.id for m in check_settings()] == ["django_redislock.E002"] * 2

@@ -581,6 +581,10 @@ cancel_script = Script("cancel", CANCEL)
 transfer_script = Script("transfer", TRANSFER)
 HISTORY_SCRIPT = Script("history", HISTORY)
 LOST_SCRIPT = Script("lost", LOST)
+#: Answers 1 and touches nothing: whether a server runs scripts (system check E006).
+#: It names one key, like every script here (serverless clusters refuse scripts that
+#: name none).
+PROBE_SCRIPT = Script("probe", "-- KEYS[1]: any key (not read)\nreturn 1\n")
 
 #: The Lua that grants a lock (token, hash fields, lease), and the start of an
 #: acquire (a repeat or a re-entry), for other script families (Redlock) to build on.

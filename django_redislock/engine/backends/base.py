@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import weakref
 from collections.abc import Sequence
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.exceptions import ConnectionError, OutOfMemoryError, RedisError, TimeoutError
 
-from ...exceptions import LockBackendError
+from ...exceptions import LockBackendError, ScriptingUnavailable
 from ..awakeup import AsyncWakeHub
 from ..calls import AmbiguousReply, Call, NotReplicated
 from ..identity import on_fork_in_child
@@ -75,6 +76,11 @@ class Backend(Protocol):
     def connected_replicas(self) -> int:
         """How many replicas the primary reports connected (the fewest over its primaries
         for a backend with several; the system checks compare it with ``wait_replicas``)."""
+
+    def scripting_refusals(self) -> list[ScriptingUnavailable | None]:
+        """Whether the servers run scripts: one entry per server the locks are spread
+        over (each Redlock master; one for a single Redis or a cluster), its refusal
+        or None (for the system checks)."""
 
 
 class AsyncBackend(Protocol):
@@ -153,9 +159,39 @@ class AsyncBackendState(BackendState):
                 pass
 
 
+#: The replies of a server that does not run the package's scripts: a scripting
+#: command renamed away or denied by an ACL, or a Valkey without its Lua module.
+_SCRIPTING_REFUSED = re.compile(
+    r"(unknown command|no permissions to run the) [`'](eval|evalsha|eval_ro|evalsha_ro|script)"
+    r"\b[^`']*[`']|could not find scripting engine",
+    re.IGNORECASE,
+)
+
+#: What a server that refuses scripts needs (the message of ScriptingUnavailable).
+SCRIPTING_FIX = (
+    "django-redislock runs every lock operation as a Lua script (EVALSHA, SCRIPT LOAD, "
+    "EVAL), so no lock works on this server. On Valkey 9.1 or later, load the Lua "
+    "scripting module (loadmodule in valkey.conf, or the managed service's scripting "
+    "option); where EVAL, EVALSHA or SCRIPT are renamed or denied by an ACL, allow them "
+    "for the lock client's user"
+)
+
+
+def scripting_refused(exc: BaseException) -> bool:
+    """Whether *exc* is a server's refusal to run scripts at all (not a script's error)."""
+    return isinstance(exc, RedisError) and bool(_SCRIPTING_REFUSED.search(str(exc)))
+
+
 def backend_error(exc: BaseException, action: str, name: str | None) -> LockBackendError:
-    """Wrap a redis-py exception raised while doing *action* in a LockBackendError."""
-    err = LockBackendError(f"Redis error while trying to {action}: {exc}", name=name)
+    """Wrap a redis-py exception raised while doing *action* in a LockBackendError
+    (:class:`ScriptingUnavailable` when the server refuses scripts)."""
+    if scripting_refused(exc):
+        err: LockBackendError = ScriptingUnavailable(
+            f"Redis refused to run Lua scripts while trying to {action}: {exc}. {SCRIPTING_FIX}.",
+            name=name,
+        )
+    else:
+        err = LockBackendError(f"Redis error while trying to {action}: {exc}", name=name)
     err.__cause__ = exc
     return err
 

@@ -47,7 +47,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ...exceptions import LockBackendError
+from ...exceptions import LockBackendError, ScriptingUnavailable
 from ..calls import AmbiguousReply, Call, NotReplicated
 from ..identity import process_token
 from ..info import LockInfo
@@ -371,6 +371,11 @@ class ClusterBackend(_Cluster):
         return min(
             server.connected_replicas(self._node_client(node)) for _, node in self._primaries()
         )
+
+    def scripting_refusals(self) -> list[ScriptingUnavailable | None]:
+        """Whether the cluster runs scripts, asked of the node that serves the probe's
+        key (the nodes of a cluster are expected to share their configuration)."""
+        return [server.scripting_refusal(self.client, self.keyspace)]
 
     def hub(self) -> WakeHub:
         """This process's wake-up hub, subscribed on one node (see :class:`NodePicker`)."""

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import redis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from ...exceptions import ScriptingUnavailable
 from ..calls import Call
 from ..info import LockInfo
 from ..keys import KeySpace
@@ -453,6 +454,10 @@ class RedlockBackend(RedlockBase):
             except RedisError as exc:
                 out.append(exc)
         return out
+
+    def scripting_refusals(self) -> list[ScriptingUnavailable | None]:
+        """Each master's refusal to run scripts, or None (for the system checks)."""
+        return [server.scripting_refusal(client, self.keyspace) for client in self.clients]
 
     def hub(self) -> WakeHub:
         """The wake-up hub: subscribed on one master at a time, the next after a break."""

@@ -4,22 +4,25 @@ Shared by the single-master backends and the cluster backend (which uses them on
 each node's own connection): running a script with EVALSHA (loading it on
 NOSCRIPT), a pipelined batch of scripts with an optional ``WAIT`` on the same
 connection, snapshot reads (``HGETALL`` + ``PTTL``), SCAN cursors, ``CONFIG GET``
-and ``INFO replication``. Each function raises redis-py's own errors; the
-backends map them (``base.call_error``, ``base.backend_error``).
+(``INFO memory`` where it is refused) and ``INFO replication``. Each function raises
+redis-py's own errors; the backends map them (``base.call_error``,
+``base.backend_error``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from ...exceptions import ScriptingUnavailable
 from ..calls import Call
 from ..info import WAITERS_SHOWN, LockInfo, waiters_from_redis
 from ..keys import KeySpace
-from ..scripts import Script
+from ..scripts import PROBE_SCRIPT, Script
 from .base import backend_error, batch_wait, replicated_results
 
 
@@ -235,12 +238,39 @@ async def ascan(client: Any, pattern: str, cursor: int, count: int) -> tuple[int
 
 
 def config(client: Any, pattern: str) -> dict[str, str]:
-    """``CONFIG GET pattern`` of *client*'s server as text (raises LockBackendError)."""
+    """``CONFIG GET pattern`` of *client*'s server as text (raises LockBackendError).
+
+    Where ``CONFIG`` is refused (ElastiCache renames it away; an ACL may deny it),
+    the ``INFO memory`` fields that match *pattern*, named as ``CONFIG`` names them
+    (``maxmemory_policy`` answers for ``maxmemory-policy``): the settings the
+    system checks read are there, and ``INFO`` is allowed everywhere.
+    """
     try:
         reply = client.config_get(pattern)
+    except ResponseError as refused:
+        try:
+            info = client.info("memory")
+        except RedisError:
+            raise backend_error(refused, "read the server's configuration", None) from refused
+        reply = {k.replace("_", "-"): v for k, v in info.items()}
+        return {k: text(v) for k, v in reply.items() if fnmatch.fnmatchcase(k, pattern)}
     except RedisError as exc:
         raise backend_error(exc, "read the server's configuration", None) from exc
     return {text(k): text(v) for k, v in reply.items()}
+
+
+def scripting_refusal(client: Any, keyspace: KeySpace) -> ScriptingUnavailable | None:
+    """*client*'s server's refusal to run scripts, or None: runs a script that only
+    answers 1 as every lock call runs one (EVALSHA, loaded on NOSCRIPT), on a key of
+    the package's own (an ACL's key patterns allow it). Other errors give None: an
+    unreachable server is another check's concern."""
+    call = Call(PROBE_SCRIPT, (keyspace.keys("redislock:probe").lock,), (), "run a script")
+    try:
+        evalsha(client, call)
+    except RedisError as exc:
+        error = backend_error(exc, call.action, None)
+        return error if isinstance(error, ScriptingUnavailable) else None
+    return None
 
 
 def connected_replicas(client: Any) -> int:

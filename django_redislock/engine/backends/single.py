@@ -12,6 +12,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ...exceptions import ScriptingUnavailable
 from ..calls import Call
 from ..info import LockInfo
 from ..keys import KeySpace
@@ -102,6 +103,10 @@ class SingleBackend(_Single):
     def connected_replicas(self) -> int:
         """How many replicas the primary reports connected (``INFO replication``)."""
         return server.connected_replicas(self.client)
+
+    def scripting_refusals(self) -> list[ScriptingUnavailable | None]:
+        """The server's refusal to run scripts, or None (see ``server.scripting_refusal``)."""
+        return [server.scripting_refusal(self.client, self.keyspace)]
 
     def hub(self) -> WakeHub:
         """This process's wake-up hub for the client's connection pool."""
