@@ -54,7 +54,7 @@ from .celery_redelivery import (
 from .conf import setting
 from .engine.guarding import guard_owner, guarding
 from .engine.identity import new_nonce
-from .exceptions import LockBackendError, LockError, LockNotAcquired, LockNotOwned
+from .exceptions import DuplicateTaskError, LockError
 from .guard import (
     DEFAULT,
     TASK_MODES,
@@ -64,6 +64,7 @@ from .guard import (
     lease_left,
     not_acquired,
     register_task_hooks,
+    release_task_hold,
 )
 from .lock import Lock
 from .semaphore import validate_limit
@@ -71,17 +72,6 @@ from .semaphore import validate_limit
 logger = logging.getLogger("django_redislock.celery")
 
 __all__ = ["DuplicateTaskError", "SingleInstanceTask", "is_skipped", "run_decorated_task"]
-
-
-class DuplicateTaskError(LockNotAcquired):
-    """``apply_async`` found the same task already queued or running (``on_duplicate="raise"``).
-
-    ``task_id`` is the id of the task holding the lock (None if it is not a task).
-    """
-
-    def __init__(self, message: str, *, name: str | None = None, task_id: str | None = None):
-        super().__init__(message, name=name)
-        self.task_id = task_id
 
 
 def is_skipped(result: Any) -> bool:
@@ -108,36 +98,6 @@ def _task_meta(
     if inputs:
         meta["args"] = inputs
     return meta
-
-
-def _release(lock: Lock, *, every_hold: bool = True) -> bool | None:
-    """Release the caller's hold of *lock*, or with *every_hold* all its owner's holds.
-
-    ``every_hold`` frees the enqueue-time hold and the worker's re-entry in one
-    round trip. Owner-checked: returns False (and changes nothing) when the lock
-    is no longer this owner's, e.g. because its lease ran out.
-
-    When Redis cannot confirm the release, the hold is no longer renewed (so
-    its lease runs out within one ``ttl``), the error is logged and None is
-    returned: a task whose body has run is not failed (nor auto-retried) for it.
-    """
-    try:
-        if every_hold:
-            lock.release_all()
-        else:
-            lock.release()
-    except LockNotOwned:
-        return False
-    except LockBackendError:
-        lock._forget(lock.owner)
-        logger.error(
-            "redislock: could not release lock %r (owner %s); it frees when its lease runs out",
-            lock.name,
-            lock.owner,
-            exc_info=True,
-        )
-        return None
-    return True
 
 
 #: Per thread: how many runs of each (lock name, owner) are in progress, so a
@@ -229,7 +189,7 @@ def run_guarded(
         return _task_locked(task, config, on_locked, name, call_args, kwargs)
     late = copy and bool(task.acks_late)
     if late and completed(config.lock_manager(), task_id):
-        _release(lock)
+        release_task_hold(lock)
         drop(task, name)
     run_key = (name, lock.owner)
     # The outermost run of this owner ends the task: it frees every hold (its own
@@ -242,7 +202,7 @@ def run_guarded(
         if isinstance(exc, Retry) and config.lock_on_retry == "keep" and config.limit is None:
             _keep_for_retry(lock, _delay_seconds(exc.when), task.request.id)
         else:
-            _release(lock, every_hold=outermost)
+            release_task_hold(lock, every_hold=outermost)
         raise
     except Exception as exc:
         # Celery's autoretry_for wrapper, outside this body, turns some into a Retry.
@@ -254,7 +214,7 @@ def run_guarded(
         elif config.lock_on_retry == "keep" and config.limit is None:
             _keep_for_retry(lock, delay, task.request.id)
         else:
-            _release(lock, every_hold=outermost)
+            release_task_hold(lock, every_hold=outermost)
         raise
     except BaseException:  # the execution was stopped: its message may come again
         _release_at_end(lock, task, outermost)
@@ -296,7 +256,7 @@ def _acquire_execution(
 
 
 def _release_at_end(lock: Lock, task: Task, outermost: bool) -> None:
-    if _release(lock, every_hold=outermost) is False:
+    if release_task_hold(lock, every_hold=outermost) is False:
         logger.warning(
             "redislock: task %s[%s] lost its lock %r before it finished "
             "(lease expired or force-released); another run may have overlapped",
@@ -547,7 +507,7 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
         try:
             return super().apply_async(args, kwargs, task_id, **options)
         except BaseException:
-            _release(lock, every_hold=False)  # never sent: leave no lock behind
+            release_task_hold(lock, every_hold=False)  # never sent: leave no lock behind
             raise
 
     def _duplicate(self, config: GuardConfig, name: str) -> Any:

@@ -142,8 +142,7 @@ def _check_decoratable(func: Any) -> None:
             "view use @method_decorator(single_instance(...), name='dispatch') "
             "(or name='post'), for a Celery task class use SingleInstanceTask"
         )
-    hooks = task_hooks()
-    if hooks is not None:
+    for hooks in task_hooks():
         hooks.check_decoratable(func)  # refuses a decorator stacked above @app.task
     if not callable(func):
         raise TypeError(f"@single_instance needs a function, not {type(func).__name__}")
@@ -159,10 +158,9 @@ def _call_owner(config: GuardConfig, args: tuple[Any, ...], kwargs: dict[str, An
 def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        hooks = task_hooks()
-        if hooks is not None:
+        for hooks in task_hooks():
             task = hooks.running_task(wrapper)
-            if task is not None:  # the body of a task running now: the task id owns the lock
+            if task is not None:  # the body of a task running now: the task owns the lock
                 return hooks.run_task(task, config, func, args, kwargs)
         request = args[0] if args and isinstance(args[0], HttpRequest) else None
         name = config.spec.render(args, kwargs)

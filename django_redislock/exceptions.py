@@ -142,3 +142,17 @@ class LimitMismatch(LockMismatch):
         super().__init__(message, name=name, existing="semaphore")
         self.limit = limit
         self.existing_limit = existing
+
+
+class DuplicateTaskError(LockNotAcquired):
+    """Enqueueing found the same task already queued or running (``on_duplicate="raise"``,
+    or a duplicate whose result cannot be fetched).
+
+    ``task_id`` is the id of the task (a Celery task id, a ``django.tasks`` result id)
+    holding the lock; None if it is not a task or its id is unknown. Importable from
+    ``django_redislock.celery`` too.
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, task_id: str | None = None):
+        super().__init__(message, name=name)
+        self.task_id = task_id

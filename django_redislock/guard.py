@@ -19,6 +19,7 @@ handlers) both build on this module; neither imports the other. It holds:
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -28,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 from ._keys_template import KeySpec
 from .engine.history import HistoryEvent, hold_spread
 from .engine.info import HolderInfo, LockInfo
-from .exceptions import LockNotAcquired
+from .exceptions import LockBackendError, LockNotAcquired, LockNotOwned
+
+logger = logging.getLogger("django_redislock.celery")
 
 if TYPE_CHECKING:
     from .lock import Lock
@@ -44,6 +47,7 @@ __all__ = [
     "not_acquired",
     "register_task_hooks",
     "release_holders",
+    "release_task_hold",
     "retry_after",
     "task_hooks",
 ]
@@ -152,6 +156,37 @@ def release_holders(
     ]
 
 
+def release_task_hold(lock: Lock, *, every_hold: bool = True) -> bool | None:
+    """Release the caller's hold of *lock*, or with *every_hold* all its owner's holds.
+
+    ``every_hold`` frees the enqueue-time hold and the worker's re-entry in one
+    round trip. Owner-checked: returns False (and changes nothing) when the lock
+    is no longer this owner's, e.g. because its lease ran out.
+
+    When Redis cannot confirm the release, the hold is no longer renewed (so
+    its lease runs out within one ``ttl``), the error is logged and None is
+    returned: a task whose body has run is not failed (nor auto-retried) for it.
+    (Celery tasks and ``django.tasks`` runs both end through here.)
+    """
+    try:
+        if every_hold:
+            lock.release_all()
+        else:
+            lock.release()
+    except LockNotOwned:
+        return False
+    except LockBackendError:
+        lock._forget(lock.owner)
+        logger.error(
+            "redislock: could not release lock %r (owner %s); it frees when its lease runs out",
+            lock.name,
+            lock.owner,
+            exc_info=True,
+        )
+        return None
+    return True
+
+
 def holder_text(info: LockInfo | None) -> str:
     """Who holds the lock *info* describes, for messages: task id, else owner (of
     every holder of a semaphore)."""
@@ -225,28 +260,28 @@ class TaskHooks:
     check_decoratable: Callable[[Any], None]
 
 
-_task_hooks: TaskHooks | None = None
+_task_hooks: tuple[TaskHooks, ...] = ()
 
 #: The module that registers the Celery hooks when imported.
 _CELERY_INTEGRATION = "django_redislock.celery"
 
 
 def register_task_hooks(hooks: TaskHooks) -> None:
-    """Install *hooks*; the Celery integration calls this when it is imported."""
+    """Install *hooks* beside those of other task frameworks (once each); the Celery
+    integration calls this when it is imported, the ``django.tasks`` one too."""
     global _task_hooks
-    _task_hooks = hooks
+    if hooks not in _task_hooks:
+        _task_hooks = (*_task_hooks, hooks)
 
 
-def task_hooks() -> TaskHooks | None:
-    """The registered task hooks, or None when no task framework is in use.
+def task_hooks() -> tuple[TaskHooks, ...]:
+    """The registered task hooks; empty when no task framework is in use.
 
     ``RedisLockConfig.ready()`` imports the Celery integration (which registers
     them) whenever Celery is installed. This is the one fallback, for a function
     decorated or called before the apps are ready: when this process has
     imported Celery but not the integration yet, it is imported here.
     """
-    hooks = _task_hooks
-    if hooks is None and sys.modules.get("celery") is not None:
+    if sys.modules.get("celery") is not None and _CELERY_INTEGRATION not in sys.modules:
         importlib.import_module(_CELERY_INTEGRATION)
-        hooks = _task_hooks
-    return hooks
+    return _task_hooks

@@ -59,6 +59,12 @@ CACHES = {
     "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
 }
 REDISLOCK_CACHE = "default"
+# Django 6's task framework (tests/test_django_tasks.py; unused before Django 6).
+TASKS = {
+    "default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+    "dummy": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"},
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
