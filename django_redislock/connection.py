@@ -69,11 +69,25 @@ def client_for_cache(alias: str) -> redis.Redis:
             )
         client = client.get_client(write=True)
         return refuse_failover_client(client, f"the client of cache {alias!r}")  # type: ignore[no-any-return]
+    if _is_django_valkey(cache):
+        raise ImproperlyConfigured(
+            f"cache {alias!r} uses {backend}, django-valkey's cache, whose client is valkey-py; "
+            "the locks talk to Valkey through redis-py, which speaks Valkey's protocol. Set "
+            "REDISLOCK_URL to the same server (redis://host:6379/0; a Valkey cluster: "
+            "REDISLOCK_URL on one node), or point REDISLOCK_CACHE at a django-redis or "
+            "django.core.cache.backends.redis.RedisCache alias (Sentinel: django-redis's "
+            "SentinelClient) on that server; see docs/settings.md#valkey"
+        )
     raise ImproperlyConfigured(
         f"cache {alias!r} uses {backend}, which is not a Redis cache; set REDISLOCK_CACHE "
         "to a django-redis or django.core.cache.backends.redis.RedisCache alias (or a "
         "subclass of either), or set REDISLOCK_URL"
     )
+
+
+def _is_django_valkey(cache: Any) -> bool:
+    """Whether *cache* is one of django-valkey's caches (by class, subclasses included)."""
+    return any(cls.__module__.startswith("django_valkey.") for cls in type(cache).__mro__)
 
 
 #: Where redis-py (7+) defines its multi-database failover clients.
