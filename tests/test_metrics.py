@@ -337,6 +337,7 @@ def test_an_exporter_without_its_package_is_refused(monkeypatch: pytest.MonkeyPa
     monkeypatch.delitem(sys.modules, "django_redislock.metrics.otel", raising=False)
     monkeypatch.delitem(metrics._made, "opentelemetry", raising=False)  # made by a test before
     with pytest.raises(
-        ImproperlyConfigured, match=r"pip install django-redislock\[opentelemetry\]"
+        ImproperlyConfigured,
+        match=r"pip install opentelemetry-api, or django-redislock's \[opentelemetry\] extra",
     ):
         metrics.enable("opentelemetry")

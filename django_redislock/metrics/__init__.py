@@ -40,14 +40,10 @@ OTHER = "other"
 #: ``kind`` of a semaphore's or read-write lock's hold, by its mode (a mutex: "mutex").
 _KINDS = {"s": "semaphore", "r": "read", "w": "write"}
 
-#: Each exporter's module and recorder class, and the package it needs (and its extra).
+#: Each exporter's module and recorder class, the package it imports and its pip requirement.
 _EXPORTERS = {
-    "prometheus": (
-        ".prometheus", "PrometheusRecorder", "prometheus_client", "django-redislock[prometheus]"
-    ),
-    "opentelemetry": (
-        ".otel", "OpenTelemetryRecorder", "opentelemetry", "django-redislock[opentelemetry]"
-    ),
+    "prometheus": (".prometheus", "PrometheusRecorder", "prometheus_client", "prometheus_client"),
+    "opentelemetry": (".otel", "OpenTelemetryRecorder", "opentelemetry", "opentelemetry-api"),
 }  # fmt: skip
 
 #: Whether the running acquire (this thread's, or asyncio task's) found the lock held.
@@ -105,13 +101,13 @@ def enable(*exporters: str) -> None:
 
 def _make_recorder(exporter: str) -> Recorder:
     """A new recorder of *exporter* (its instruments on the global registry/provider)."""
-    module_name, class_name, package, extra = _EXPORTERS[exporter]
+    module_name, class_name, package, requirement = _EXPORTERS[exporter]
     try:
         module = importlib.import_module(module_name, __name__)
     except ImportError as exc:
         raise ImproperlyConfigured(
             f"redislock metrics: {exporter!r} needs the {package} package "
-            f"(pip install {extra}): {exc}"
+            f"(pip install {requirement}, or django-redislock's [{exporter}] extra): {exc}"
         ) from exc
     recorder: Recorder = getattr(module, class_name)()
     return recorder
