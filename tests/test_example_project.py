@@ -20,7 +20,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from django_redislock import locks
+from django_redislock import LockManager, locks
 from tests.holding import QueuedWaiters
 from tests.redis_server import free_port
 
@@ -175,3 +175,78 @@ def test_embedded_redis_stops_with_its_keeper(tmp_path: Path) -> None:
         if keeper.poll() is None:
             keeper.kill()
             keeper.wait(5)
+
+
+def _example_env(tmp_path: Path) -> dict[str, str]:
+    """The environment the example's processes run in: the test Redis, a fresh database."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "example.settings",
+        "REDIS_URL": settings.REDIS_URL,
+        "EXAMPLE_DATABASE": str(tmp_path / "db.sqlite3"),
+    }
+
+
+def test_loading_the_settings_creates_the_celery_app_whose_task_keys_are_checked(
+    tmp_path: Path,
+) -> None:
+    """The project package imports its Celery app (docs/celery.md, "Wiring Celery into
+    your Django project"), so the lock-key check (E005) of a process that only loads the
+    settings, as ``manage.py check`` does, reaches the example's tasks."""
+    code = (
+        "import django\n"
+        "django.setup()\n"
+        "from celery import _state\n"
+        "from django_redislock.key_checks import check_lock_keys\n"
+        "print('problems', check_lock_keys())\n"
+        "apps = [a for a in _state._get_active_apps() if a.main == 'example']\n"
+        "print('tasks', sorted(n for a in apps for n in a.tasks if n.startswith('example.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=EXAMPLE,
+        env=_example_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "problems []" in done.stdout
+    assert "tasks ['example.tasks.build_report']" in done.stdout, done.stdout
+
+
+def test_the_example_worker_prints_each_log_line_once(
+    tmp_path: Path, redis_client: redis.Redis
+) -> None:
+    """Celery's worker hijacks the root logger; the example's ``django_redislock`` logger
+    has its own handler, so a propagated record was printed a second time."""
+    from celery import Celery
+
+    worker = subprocess.Popen(
+        [
+            sys.executable, "-m", "celery", "--workdir", str(EXAMPLE), "-A",
+            "example.celery_app", "worker", "--pool=solo", "-l", "info",
+            "--without-mingle", "--without-gossip", "--without-heartbeat",
+        ],
+        env=_example_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        client = Celery(
+            "sender", broker=settings.REDIS_URL, backend=settings.REDIS_URL, set_as_current=False
+        )
+        with LockManager(client=redis_client).lock("report:7", owner="test-holder", ttl=60):
+            result = client.send_task("example.tasks.build_report", args=[7, 0])
+            assert result.get(timeout=30)["redislock"] == "skipped"
+        client.close()
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            output, _ = worker.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            output, _ = worker.communicate(timeout=10)
+    text = output.decode()
+    lines = [line for line in text.splitlines() if "found lock 'report:7' held" in line]
+    assert len(lines) == 1, text

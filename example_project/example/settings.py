@@ -98,9 +98,18 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 
+# django_redislock's own lines (a skipped duplicate task, an operator's release, ...) on
+# stderr, formatted as the Celery worker formats its lines. Not propagated to the root
+# logger: the worker puts its own handler there (worker_hijack_root_logger), and a
+# propagated record would be printed twice.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_redislock": {"handlers": ["console"], "level": "INFO"}},
+    "formatters": {
+        "worker": {"format": "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "worker"}},
+    "loggers": {
+        "django_redislock": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }
