@@ -44,8 +44,25 @@ class LockLost(LockError):
 class LockBackendError(LockError):
     """Redis could not be reached, timed out, or answered with an error.
 
-    The original exception is chained as ``__cause__``.
+    The original exception is chained as ``__cause__``. Raised by a call about
+    one lock, it carries the lock's ``name`` and its message begins with it
+    (``lock 'invoice:17': Redis error while trying to acquire the lock: ...``).
     """
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        if name is not None and not message.startswith(f"lock {name!r}"):
+            message = f"lock {name!r}: {message}"
+        super().__init__(message, name=name)
+
+
+def about_lock(error: LockBackendError, name: str) -> LockBackendError:
+    """*error*, raised by a call that did not know it was about the lock *name* (a
+    snapshot read for several names), naming that lock as :class:`LockBackendError`
+    does; returned for ``raise``."""
+    if error.name is None:
+        error.name = error.lock_name = name
+        error.args = (f"lock {name!r}: {error.args[0] if error.args else ''}", *error.args[1:])
+    return error
 
 
 class ScriptingUnavailable(LockBackendError):

@@ -35,7 +35,7 @@ from .engine.calls import Attempt, Call, NotReplicated
 from .engine.driver import call_async, call_sync, run_async, run_sync
 from .engine.guarding import guard_owner
 from .engine.holds import Hold, HoldTable, known_holds
-from .engine.identity import HOSTNAME, current_owner, new_nonce
+from .engine.identity import HOSTNAME, current_owner, new_nonce, process_token
 from .engine.keys import LockKeys
 from .engine.mutex import Kind, Mutex
 from .engine.scripts import HANDOFF_CLAIM_MS
@@ -58,6 +58,7 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
     LockNotReplicated,
+    about_lock,
 )
 from .handler import BackendSource, default_source
 
@@ -74,6 +75,10 @@ _UNSET: Any = object()
 _plain_meta: dict[tuple[int, str, str], bytes] = {}
 #: Tasks finishing what a cancelled ``aacquire``/``arelease`` left in flight.
 _background: set[asyncio.Task[Any]] = set()
+
+
+#: A lock snapshot that was not read (who holds the lock is unknown).
+_UNREAD: Any = object()
 
 
 class HasSource(Protocol):
@@ -513,7 +518,8 @@ class Lock:
         except LockBackendError as error:
             self._release_unconfirmed(owner, everything, error)
             raise
-        return self._settle_release(owner, everything, remaining)
+        holder = self._peek() if remaining < 0 else _UNREAD
+        return self._settle_release(owner, everything, remaining, holder)
 
     async def _arelease(self, owner: str, everything: bool) -> int:
         backend = self._source.abackend()
@@ -527,7 +533,8 @@ class Lock:
         except LockBackendError as error:
             self._release_unconfirmed(owner, everything, error)
             raise
-        return self._settle_release(owner, everything, remaining)
+        holder = await self._apeek() if remaining < 0 else _UNREAD
+        return self._settle_release(owner, everything, remaining, holder)
 
     async def _finish_release(
         self, call: Call, backend: AsyncBackend, owner: str, everything: bool
@@ -566,17 +573,17 @@ class Lock:
             key = self._known_key(owner)
             known_holds.set(key, 0 if everything else known_holds.get(key) - 1)
 
-    def _settle_release(self, owner: str, everything: bool, remaining: int) -> int:
+    def _settle_release(
+        self, owner: str, everything: bool, remaining: int, holder: Any = _UNREAD
+    ) -> int:
+        """What Redis's answer to a release means (*holder*: the lock's snapshot, read
+        after a refused release, for the error; :data:`_UNREAD` if not read)."""
         self._know(owner, max(remaining, 0))
         forgotten = self._holds.released(owner, everything, remaining)
         if forgotten is not None and forgotten.watch is not None:
             watchdog.unwatch(forgotten.watch)
         if remaining < 0:
-            raise LockNotOwned(
-                f"cannot release lock {self.name!r}: it is not held by this owner "
-                "(its lease may have expired or it was released by someone else)",
-                name=self.name,
-            )
+            raise _not_owned(self.name, "release", owner, holder)
         if signals.lock_released.receivers:
             held = None
             if forgotten is not None and forgotten.since:
@@ -642,7 +649,7 @@ class Lock:
             reply = call_sync(call, backend)
         except NotReplicated as exc:
             raise self._extension_not_replicated(exc) from None
-        return self._settle_extend(reply)
+        return self._settle_extend(reply, self._peek() if int(reply) == -1 else _UNREAD)
 
     async def aextend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         """:meth:`extend` for asyncio."""
@@ -652,7 +659,8 @@ class Lock:
             reply = await call_async(call, backend)
         except NotReplicated as exc:
             raise self._extension_not_replicated(exc) from None
-        return self._settle_extend(reply)
+        holder = await self._apeek() if int(reply) == -1 else _UNREAD
+        return self._settle_extend(reply, holder)
 
     def _extension_not_replicated(self, exc: NotReplicated) -> LockError:
         """What an extension replicas did not confirm raises (after the usual checks)."""
@@ -674,12 +682,11 @@ class Lock:
             self._call_keys(backend), self.owner, ms, replace_ttl, self.name, self.wait_replicas
         )
 
-    def _settle_extend(self, reply: Any) -> bool:
+    def _settle_extend(self, reply: Any, holder: Any = _UNREAD) -> bool:
+        """What Redis's answer to an extension means (*holder*: as for a release)."""
         result = int(reply)
         if result == -1:
-            raise LockNotOwned(
-                f"cannot extend lock {self.name!r}: it is not held by this owner", name=self.name
-            )
+            raise _not_owned(self.name, "extend", self.owner, holder)
         if result == -2:
             raise LockError(f"lock {self.name!r} has no expiry to extend", name=self.name)
         return True
@@ -702,14 +709,34 @@ class Lock:
     def info(self) -> LockInfo | None:
         """A snapshot of this lock in Redis (None when nobody holds it)."""
         backend = self._source.backend()
-        infos = backend.load([self._keys(backend).lock])
+        try:
+            infos = backend.load([self._keys(backend).lock])
+        except LockBackendError as error:
+            raise about_lock(error, self.name) from error.__cause__
         return infos[0] if infos else None
 
     async def ainfo(self) -> LockInfo | None:
         """:meth:`info` for asyncio."""
         backend = self._source.abackend()
-        infos = await backend.load([self._keys(backend).lock])
+        try:
+            infos = await backend.load([self._keys(backend).lock])
+        except LockBackendError as error:
+            raise about_lock(error, self.name) from error.__cause__
         return infos[0] if infos else None
+
+    def _peek(self) -> Any:
+        """The lock's snapshot for an error message; :data:`_UNREAD` if Redis fails."""
+        try:
+            return self.info()
+        except LockBackendError:
+            return _UNREAD
+
+    async def _apeek(self) -> Any:
+        """:meth:`_peek` for asyncio."""
+        try:
+            return await self.ainfo()
+        except LockBackendError:
+            return _UNREAD
 
     def locked(self) -> bool:
         """Whether anybody holds the lock."""
@@ -884,6 +911,61 @@ class Lock:
 
     def __repr__(self) -> str:
         return f"<Lock {self.name!r} ttl={self.ttl_seconds}>"
+
+
+def _not_owned(name: str, action: str, owner: str, holder: Any) -> LockNotOwned:
+    """The LockNotOwned of a release or extension by *owner* that Redis refused, naming
+    who holds the lock: *holder* is its snapshot (None: nobody), or :data:`_UNREAD`."""
+    text = f"cannot {action} lock {name!r}: {_owner_words(owner, 'this')} does not hold it"
+    if holder is _UNREAD:
+        return LockNotOwned(
+            f"{text} (its lease may have run out, or someone else released it)", name=name
+        )
+    if holder is None or not holder.holders:
+        return LockNotOwned(
+            f"{text}, and nobody holds it now (its lease ran out, or someone else released it)",
+            name=name,
+        )
+    holders = holder.holders
+    text += "; it is held by " + ", ".join(_holder_words(h) for h in holders)
+    if any(_ours(h.owner) for h in holders):
+        text += (
+            ". A lock's owner is the thread (or asyncio task) that acquired it: release "
+            "it there, or give the Lock objects one explicit owner="
+        )
+    return LockNotOwned(text, name=name)
+
+
+def _ours(owner: str | None) -> bool:
+    """Whether *owner* is a token this process made (for a thread or an asyncio task)."""
+    return owner is not None and owner.startswith(process_token() + ":")
+
+
+def _owner_words(owner: str, which: str) -> str:
+    """*owner* in words: ``this thread``, ``another asyncio task of this process`` (with
+    *which* = ``"another"``), or an explicit owner."""
+    if not _ours(owner):
+        return f"owner {owner!r}"
+    kind = owner[len(process_token()) + 1 :]
+    what = "asyncio task" if kind.startswith("t") else "thread"
+    if which == "this":
+        return f"this {what} (owner {owner!r})"
+    return f"another {what} of this process (owner {owner!r})"
+
+
+def _holder_words(holder: HolderInfo) -> str:
+    """Who *holder* is, for :func:`_not_owned`."""
+    if _ours(holder.owner):
+        thread = f", thread {holder.thread!r}" if holder.thread else ""
+        return _owner_words(holder.owner or "", "another")[:-1] + thread + ")"
+    where = [
+        f"task {holder.task_id}" if holder.task_id else "",
+        f"host {holder.host}" if holder.host else "",
+        f"pid {holder.pid}" if holder.pid is not None else "",
+        f"thread {holder.thread!r}" if holder.thread else "",
+    ]
+    detail = ", ".join(w for w in where if w)
+    return f"owner {holder.owner!r}" + (f" ({detail})" if detail else "")
 
 
 def _start_clock() -> float:

@@ -22,6 +22,7 @@ from .engine.history import HistoryEvent, history_call, parse_history
 from .engine.info import LockInfo
 from .engine.operator_scripts import force_extend_script, force_release_script
 from .engine.validate import to_millis, validate_name, validate_seconds
+from .exceptions import LockBackendError, about_lock
 from .handler import BackendSource, BlockingBackend, default_source
 from .lock import Lock
 from .rwlock import ReadWriteLock
@@ -129,12 +130,18 @@ class LockManager:
 
     def get(self, name: str) -> LockInfo | None:
         """A snapshot of the lock called *name*, or None when nobody holds it."""
-        infos = self.get_many([name])
+        try:
+            infos = self.get_many([name])
+        except LockBackendError as error:
+            raise about_lock(error, name) from error.__cause__
         return infos[0] if infos else None
 
     async def aget(self, name: str) -> LockInfo | None:
         """:meth:`get` for asyncio."""
-        infos = await self.aget_many([name])
+        try:
+            infos = await self.aget_many([name])
+        except LockBackendError as error:
+            raise about_lock(error, name) from error.__cause__
         return infos[0] if infos else None
 
     def get_many(self, names: Sequence[str]) -> list[LockInfo]:

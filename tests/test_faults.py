@@ -103,6 +103,27 @@ def test_redis_down_raises_backend_error_promptly(name: str) -> None:
     assert time.monotonic() - started < 10
 
 
+def test_a_backend_error_of_a_lock_call_names_the_lock(name: str) -> None:
+    manager = LockManager(client=_client(free_port(), retries=0))
+    lock = manager.lock(name)
+    for call in (
+        lambda: lock.acquire(blocking=False),
+        lambda: lock.acquire(timeout=1),
+        lock.locked,
+        lock.info,
+        lambda: lock.extend(5),
+        lambda: manager.get(name),
+        lambda: manager.history(name),
+        lambda: manager.force_release(name),
+        lambda: manager.force_extend(name, 5),
+        lambda: manager.semaphore(name, 2).acquire(blocking=False),
+    ):
+        with pytest.raises(LockBackendError) as caught:
+            call()
+        assert caught.value.name == caught.value.lock_name == name
+        assert str(caught.value).startswith(f"lock {name!r}: Redis error while trying to ")
+
+
 def test_wrong_type_key_is_a_backend_error(manager: LockManager, name: str, redis_client) -> None:
     redis_client.set(manager.backend().keyspace.keys(name).lock, "not a hash")
     with pytest.raises(LockBackendError, match="WRONGTYPE"):

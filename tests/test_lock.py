@@ -94,6 +94,57 @@ def test_other_thread_is_another_owner(manager: LockManager, name: str) -> None:
     lock.release()
 
 
+def test_a_release_from_another_thread_names_the_thread_that_holds_the_lock(
+    manager: LockManager, name: str
+) -> None:
+    """The refusal says the owner is the thread (not that the lease may have run out)."""
+    lock = manager.lock(name, ttl=30)
+    assert lock.acquire(blocking=False)
+    errors: list[LockNotOwned] = []
+
+    def other() -> None:
+        for call in (lock.release, lambda: lock.extend(5)):
+            try:
+                call()
+            except LockNotOwned as exc:
+                errors.append(exc)
+
+    thread = threading.Thread(target=other, name="releaser")
+    thread.start()
+    thread.join(10)
+    assert [e.name for e in errors] == [name, name]
+    released, extended = (str(e) for e in errors)
+    assert released.startswith(f"cannot release lock {name!r}: this thread (owner ")
+    assert f"held by another thread of this process (owner {lock.owner!r}, thread " in released
+    assert repr(threading.current_thread().name) in released
+    assert "release it there, or give the Lock objects one explicit owner=" in released
+    assert "its lease" not in released
+    assert extended.startswith(f"cannot extend lock {name!r}: this thread (owner ")
+    lock.release()
+
+
+def test_a_refused_release_says_who_holds_the_lock_or_that_nobody_does(
+    manager: LockManager, name: str
+) -> None:
+    mine = manager.lock(name, owner="owner-a")
+    theirs = manager.lock(name, owner="owner-b")
+    assert mine.acquire(blocking=False)
+    with pytest.raises(LockNotOwned) as refused:
+        theirs.release()
+    assert str(refused.value).startswith(
+        f"cannot release lock {name!r}: owner 'owner-b' does not hold it; it is held by "
+        "owner 'owner-a' (host "
+    )
+    assert "explicit owner=" not in str(refused.value)
+    mine.release()
+    with pytest.raises(LockNotOwned) as refused:
+        theirs.release()
+    assert str(refused.value) == (
+        f"cannot release lock {name!r}: owner 'owner-b' does not hold it, and nobody "
+        "holds it now (its lease ran out, or someone else released it)"
+    )
+
+
 def test_context_manager_and_fencing_tokens_increase(
     manager: LockManager, name: str, redis_client
 ) -> None:
