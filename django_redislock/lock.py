@@ -186,6 +186,11 @@ class Lock:
         else:
             if no_expiry:
                 raise ValueError("no_expiry=True needs ttl=None")
+            if type(ttl) in (int, float) and ttl == 0:
+                raise ValueError(
+                    "ttl must be a positive number of seconds, got 0 (redis-py's timeout=0 "
+                    "means no expiry; here that is ttl=None, no_expiry=True)"
+                )
             self.ttl_ms = to_millis(validate_seconds(ttl, "ttl"), "ttl")
             self._ttl_arg = str(self.ttl_ms).encode()
         self.timeout = None if timeout is None else validate_wait(timeout, "timeout")
@@ -293,10 +298,10 @@ class Lock:
             timeout = self.timeout
         else:
             timeout = validate_wait(timeout, "timeout")
-            if timeout is not None and timeout > 0 and not blocking:
-                raise ValueError("a timeout makes no sense with blocking=False")
-        if timeout == 0:
-            blocking, timeout = False, None  # redis-py: a zero wait is one attempt
+        if timeout == 0 or not blocking:
+            # One attempt, as in redis-py: a zero wait, or blocking=False, which wins
+            # over a wait passed with it (redis-py ignores its blocking_timeout then).
+            blocking, timeout = False, None
         return self.owner, bool(blocking), timeout
 
     def _acquire_op(
@@ -357,7 +362,8 @@ class Lock:
     ) -> bool:
         """Acquire the lock; return True when held, False when it was not acquired.
 
-        :param blocking: wait for the lock (default: the lock's ``blocking``).
+        :param blocking: wait for the lock (default: the lock's ``blocking``);
+            False: one attempt, whatever the *timeout* (as in redis-py).
         :param timeout: how long to wait, in seconds (default: the lock's
             ``timeout``; ``None`` = until acquired; ``0`` = one attempt).
             ``blocking_timeout`` is the redis-py spelling of the same argument.

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+import redis
 from django.test import override_settings
 
 from django_redislock import (
@@ -240,7 +241,7 @@ def test_no_expiry_needs_explicit_opt_in(manager: LockManager, name: str) -> Non
         ({"name": 42}, TypeError, "str"),
         ({"name": b"bytes"}, TypeError, "str"),
         ({"name": "\udcff"}, ValueError, "UTF-8"),
-        ({"name": "n", "ttl": 0}, ValueError, "positive"),
+        ({"name": "n", "ttl": 0}, ValueError, "positive.*ttl=None, no_expiry=True"),
         ({"name": "n", "ttl": -1}, ValueError, "positive"),
         ({"name": "n", "ttl": float("nan")}, ValueError, "positive"),
         ({"name": "n", "ttl": "30"}, TypeError, "number"),
@@ -263,8 +264,6 @@ def test_invalid_input_is_refused_with_a_clear_message(kwargs, error, message) -
 
 def test_acquire_argument_checks(manager: LockManager, name: str) -> None:
     lock = manager.lock(name)
-    with pytest.raises(ValueError, match="blocking=False"):
-        lock.acquire(blocking=False, timeout=1)
     with pytest.raises(ValueError, match="positive"):
         lock.acquire(blocking_timeout=-1)
     with pytest.raises(ValueError, match="positive"):
@@ -284,6 +283,43 @@ def test_zero_wait_means_one_attempt_as_in_redis_py(manager: LockManager, name: 
     holder.release()
     assert other.acquire(blocking_timeout=0) is True
     other.release()
+
+
+def test_blocking_false_wins_over_a_wait_as_in_redis_py(
+    manager: LockManager, name: str, redis_client: redis.Redis
+) -> None:
+    """``acquire(blocking=False, blocking_timeout=5)``: one attempt in both libraries
+    (redis-py ignores the wait), run side by side on the same server."""
+    theirs = redis_client.lock(f"redis-py:{name}", timeout=30)
+    assert redis_client.lock(f"redis-py:{name}", timeout=30).acquire()
+    holder = manager.lock(name, owner="holder")
+    assert holder.acquire()
+    ours = manager.lock(name)
+    started = time.monotonic()
+    assert theirs.acquire(blocking=False, blocking_timeout=5) is False
+    assert ours.acquire(blocking=False, blocking_timeout=5) is False
+    assert ours.acquire(blocking=False, timeout=5) is False
+    assert manager.lock(name, timeout=5).acquire(blocking=False) is False
+    assert time.monotonic() - started < 1.0, "blocking=False must not wait"
+    holder.release()
+    assert ours.acquire(blocking=False, blocking_timeout=5) is True
+    ours.release()
+
+
+def test_redis_py_timeout_0_means_no_expiry_here_ttl_0_is_refused(
+    manager: LockManager, name: str, redis_client: redis.Redis
+) -> None:
+    """What docs/redis-py-migration.md says of ``timeout=0``."""
+    theirs = redis_client.lock(f"redis-py:{name}", timeout=0)
+    assert theirs.acquire(blocking=False)
+    assert redis_client.pttl(f"redis-py:{name}") == -1  # no expiry in redis-py
+    theirs.release()
+    with pytest.raises(ValueError, match=r"ttl=None, no_expiry=True"):
+        manager.lock(name, ttl=0)
+    forever = manager.lock(name, ttl=None, no_expiry=True)
+    assert forever.acquire(blocking=False)
+    assert forever.ttl() == math.inf
+    forever.release()
 
 
 def test_bytes_token_and_redis_py_error_attributes(manager: LockManager, name: str) -> None:
