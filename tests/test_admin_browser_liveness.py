@@ -34,6 +34,11 @@ STUCK = "report:1"
 #: when all of it does. Long enough for the pages to be looked at in between.
 LEASE = 14
 LONG_NAME = "tenant-export:" + "acme-corporation-emea-" * 6 + "2024-06"
+#: A task lock as the Celery integration records it (docs/celery.md): a long task name
+#: and a task id, which the Owner column shows.
+TASK_LOCK = "report:tenant-42"
+TASK_ID = "8646cbea-26ab-49da-8fac-618a50e38fff"
+TASK_NAME = "billing.tasks.build_the_monthly_tenant_report"
 
 pytestmark = [
     pytest.mark.browser,
@@ -134,6 +139,19 @@ def many_locks() -> Iterator[None]:
         locks.lock(LONG_NAME, ttl=60, auto_renew=False, purpose="export " * 20 + "(slow)"),
         locks.lock("invoice:1042", ttl=60, purpose="POST /invoices/1042/generate/"),
         locks.semaphore("export:tenant-3", 3, ttl=60, purpose="billing.export_tenant"),
+        locks.lock(
+            TASK_LOCK,
+            owner=TASK_ID,
+            ttl=60,
+            meta={
+                "kind": "task",
+                "task_id": TASK_ID,
+                "task_name": TASK_NAME,
+                "purpose": TASK_NAME,
+                "template": "report:{tenant}",
+                "args": {"tenant": "tenant-42"},
+            },
+        ),
     ]
     for lk in held:
         assert lk.acquire(blocking=False)
@@ -150,9 +168,13 @@ def _fits(page: Page, width: int, sidebar: bool) -> None:
     results = page.locator("#changelist-form .results")
     scroll, client = results.evaluate("el => [el.scrollWidth, el.clientWidth]")
     assert scroll <= client, f"the list scrolls sideways at {width} px ({scroll} > {client})"
-    for column in ("field-name", "field-lease", "field-renewed", "field-waiting", "field-purpose"):
-        box = page.locator(f"{_row(LONG_NAME)} .{column}").bounding_box()
-        assert box and box["x"] + box["width"] <= width, f"{column} off-screen at {width} px"
+    columns = ("field-name", "field-owner", "field-lease", "field-renewed", "field-waiting")
+    for name in (LONG_NAME, TASK_LOCK):
+        for column in (*columns, "field-purpose"):
+            box = page.locator(f"{_row(name)} .{column}").bounding_box()
+            assert box and box["x"] + box["width"] <= width, (
+                f"{column} of {name} off-screen at {width} px"
+            )
 
 
 def test_the_list_fits_beside_the_nav_sidebar(
@@ -175,3 +197,41 @@ def test_the_list_fits_beside_the_nav_sidebar(
             _fits(page, width, sidebar=False)
         expect(page.locator("#result_list th.column-fence")).to_be_visible()
         expect(page.locator(f"{_row(LONG_NAME)} .field-count")).to_have_text("1")
+
+
+def test_the_confirmation_buttons_line_up_and_dates_read_alike(
+    transactional_db: None, admin_user: Any, live_server: Any, many_locks: None, tmp_path: Path
+) -> None:
+    """The confirmation page's "No, take me back" is a button beside "Yes, ..." (same
+    height, same line), and the list and the detail page write a lock's acquisition
+    time the same way."""
+    from playwright.sync_api import expect
+
+    with _admin_page(live_server, 700) as page:
+        listed = page.locator(f"{_row(TASK_LOCK)} .field-acquired span").first
+        stamp = listed.inner_text()
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", stamp), stamp
+        hover = listed.get_attribute("title")
+
+        page.click(f"{_row(TASK_LOCK)} .field-name a")
+        acquired = page.locator(".redislock-acquired")
+        expect(acquired).to_have_text(stamp)
+        expect(acquired).to_have_attribute("title", hover or "")
+
+        for action, button in (("release", "Release selected locks…"), ("extend", "Extend")):
+            page.goto(f"{live_server.url}/admin/django_redislock/heldlock/")
+            page.check(f"{_row(TASK_LOCK)} .action-select")
+            page.click(f"text={button}")
+            yes = page.locator("#confirm-action").bounding_box()
+            no = page.locator(".submit-row .cancel-link").bounding_box()
+            page.screenshot(path=str(tmp_path / f"confirm-{action}.png"))
+            assert yes and no
+            assert abs(yes["height"] - no["height"]) <= 1, (action, yes, no)
+            assert abs(yes["y"] - no["y"]) <= 1, (action, yes, no)
+            assert no["x"] > yes["x"] + yes["width"], (action, yes, no)
+            # The label sits in the middle of its button, as the "Yes" button's does.
+            text = page.locator(".submit-row .cancel-link").evaluate(
+                "el => { const r = document.createRange(); r.selectNodeContents(el);"
+                " const b = r.getBoundingClientRect(); return b.top + b.height / 2; }"
+            )
+            assert abs(text - (no["y"] + no["height"] / 2)) <= 2, (action, text, no)
