@@ -48,10 +48,10 @@ UNSUPPORTED = {(python, django) for python in ("3.10", "3.11") for django in ("6
 
 #: The lowest versions pyproject.toml allows, each at its latest patch release.
 OLDEST = [
-    # kombu 5.7 (Celery 5.7) needs redis-py 6.4 or newer.
-    "redis~=6.4.0",
-    "celery[redis]~=5.7.0",
-    "kombu~=5.7.0",
+    "redis~=5.0.0",
+    "celery[redis]~=5.3.0",
+    # Celery 5.3 takes any kombu 5; kombu 5.5 and later refuse redis-py before 6.1.
+    "kombu~=5.3.0",
     "django-redis~=5.4.0",
 ]
 
@@ -179,11 +179,14 @@ def docs(session: nox.Session) -> None:
 @nox.parametrize("python,django,deps,server", _cells())
 def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
     """Run pytest in one cell of the matrix; extra arguments go to pytest."""
+    # A real django.tasks worker for tests/test_django_tasks_worker.py (Django 6+ only:
+    # django-tasks-db needs Django 5.2+ and, before 6.0, a backport the tests skip).
+    workers = ["django-tasks-db>=0.13"] if not django.startswith("5.") else []
     if deps == "oldest":
-        session.install("-e", ".[test]", f"Django~={django}.0", *OLDEST)
+        session.install("-e", ".[test]", f"Django~={django}.0", *OLDEST, *workers)
     else:
         # The newest cells also install the hiredis extra (redis-py's C parser).
-        session.install("-e", ".[test,hiredis]", f"Django~={django}.0")
+        session.install("-e", ".[test,hiredis]", f"Django~={django}.0", *workers)
     binary = _redis_server(session, server)
     session.run(
         "python",
