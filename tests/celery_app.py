@@ -278,6 +278,9 @@ class Worker:
         env: dict[str, str] | None = None,
     ) -> None:
         self.pool = pool
+        #: The workers consuming the same queue, whose logs tell what happened to a
+        #: message (two solo workers share one in the redelivery tests).
+        self.peers: list[Worker] = [self]
         self.hostname = f"{name}-{os.getpid()}@127.0.0.1"
         self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"redislock-{self.hostname}.log"
         self.process = subprocess.Popen(

@@ -65,6 +65,7 @@ def worker(request: pytest.FixtureRequest) -> Iterator[ca.Worker]:
     workers = [_worker("redeliver", request.param)]
     if request.param == "solo":
         workers.append(_worker("redeliver-2", "solo"))
+    workers[0].peers = workers
     try:
         for w in workers:
             w.wait_ready()
@@ -75,9 +76,10 @@ def worker(request: pytest.FixtureRequest) -> Iterator[ca.Worker]:
 
 
 def _wait_log(worker: ca.Worker, text: str, timeout: float) -> None:
-    """Wait (bounded) until the worker's log has *text*."""
+    """Wait (bounded) until the log of *worker*, or of a solo worker beside it, has *text*."""
+    workers = worker.peers
     deadline = time.monotonic() + timeout
-    while text not in worker.log_text(full=True):
+    while not any(text in w.log_text(full=True) for w in workers):
         assert time.monotonic() < deadline, f"no {text!r} in the worker log:\n" + worker.log_text()
         time.sleep(0.1)
 

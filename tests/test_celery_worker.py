@@ -319,11 +319,7 @@ def test_revoking_a_countdown_task_frees_its_enqueue_lock_at_once(
     assert info is not None and info.owner == result.id and info.ttl > 120
     # The worker has received it and keeps it until its ETA (nothing has discarded it).
     wait_until(
-        lambda: any(
-            r["request"]["id"] == result.id
-            for rows in (ca.app.control.inspect(timeout=1).scheduled() or {}).values()
-            for r in rows
-        ),
+        lambda: f"[{result.id}] received" in worker.log_text(full=True),
         15,
         "the worker to hold the countdown task",
     )

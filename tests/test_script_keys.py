@@ -56,7 +56,10 @@ class Monitor:
     def __init__(self, url: str) -> None:
         self.url = url
         self.client = redis.Redis.from_url(url, socket_timeout=30)
-        self.conn = self.client.connection_pool.get_connection()
+        # A connection of its own, made directly (redis-py 5.0's pool asks for a
+        # command name, later ones warn when given one).
+        self.conn = self.client.connection_pool.make_connection()
+        self.conn.connect()
         self.conn.send_command("MONITOR")
         assert self.conn.read_response() in (b"OK", "OK")
         self.commands: list[list[bytes]] = []
