@@ -1,6 +1,7 @@
 """Single-instance Celery tasks: :class:`SingleInstanceTask` and the worker-side handlers.
 
-Importing this module imports Celery (``pip install django-redislock[celery]``);
+Importing this module imports Celery (the ``celery`` extra:
+``pip install "/path/to/django-redislock[celery]"`` from a checkout);
 nothing else in the package does. It also registers the task hooks through
 which ``@single_instance`` runs Celery task bodies (see
 :mod:`django_redislock.guard`); the app's ``ready()`` imports it whenever
