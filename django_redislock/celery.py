@@ -189,9 +189,15 @@ def run_guarded(
     if not acquired:
         return _task_locked(task, config, on_locked, name, call_args, kwargs)
     late = copy and bool(task.acks_late)
-    if late and completed(config.lock_manager(), task_id):
-        release_task_hold(lock)
-        drop(task, name)
+    if late:
+        try:
+            done = completed(config.lock_manager(), task_id)
+        except BaseException:
+            release_task_hold(lock)
+            raise
+        if done:
+            release_task_hold(lock)
+            drop(task, name)
     run_key = (name, lock.owner)
     # The outermost run of this owner ends the task: it frees every hold (its own
     # and the enqueue-time one) at once. A nested direct call gives back its own.
@@ -240,6 +246,7 @@ def _acquire_execution(
     """
     task_id: str = task.request.id
     manager = config.lock_manager()
+    copy_of = None
     for _ in range(TAKEOVER_TRIES):
         if lock.acquire(blocking=False):
             return True
@@ -253,6 +260,9 @@ def _acquire_execution(
             return False
         if not (dead_here(holder) and take_over(manager, name, holder)):
             defer(task, name, holder, lease_left(info) or 1)
+        copy_of = (holder, info)
+    if copy_of is not None:  # other copies won each race for the freed hold
+        defer(task, name, copy_of[0], lease_left(copy_of[1]) or 1)
     return False
 
 
