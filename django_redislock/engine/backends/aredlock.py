@@ -82,9 +82,17 @@ class AsyncRedlockBackend(RedlockBase):
         deadline = time.monotonic() + timeout
         pending = set(tasks)
         late_looks = LATE_LOOKS
+        extended = False
         try:
             while pending:
                 remaining = deadline - time.monotonic()
+                if remaining <= 0 and not extended and any(tasks[t] not in sent for t in pending):
+                    # This loop, not the master, was late: a task had not even written
+                    # its call (a connection still being made on a loaded machine). One
+                    # more node timeout for it; the validity check counts it all.
+                    extended = True
+                    deadline += timeout
+                    continue
                 if remaining <= 0:
                     # Past the deadline, a few loop turns without waiting: replies that
                     # came while the loop was not scheduled (a loaded machine) still
