@@ -49,7 +49,7 @@ import functools
 import logging
 import os
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from billiard.exceptions import WorkerLostError
@@ -59,6 +59,7 @@ from kombu.utils.imports import symbol_by_name
 from ._keys_template import KeySpec
 from .celery_redelivery import pid_alive
 from .engine.identity import HOSTNAME
+from .engine.info import HolderInfo
 from .guard import GuardConfig, release_holders
 
 logger = logging.getLogger("django_redislock.celery")
@@ -198,12 +199,6 @@ def _untrack(task_id: str, ref: weakref.ref[Any]) -> None:
         del _received[task_id]
 
 
-def release_lost(task: Any, task_id: str) -> None:
-    """Release the lock of *task_id*'s tracked execution(s) whose pool process is gone."""
-    for request in _requests(task_id):
-        release_lost_request(request)
-
-
 def release_lost_request(request: Any) -> None:
     """Release the lock of *request*'s execution when its pool process is gone."""
     if _tracker != os.getpid():
@@ -235,6 +230,24 @@ def _requests(task_id: str) -> list[Any]:
     return [request for request in (ref() for ref in list(refs)) if request is not None]
 
 
+def release_task_holders(
+    task: Any,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    match: Callable[[HolderInfo], bool],
+) -> tuple[str, list[HolderInfo]]:
+    """Force-release the holders of *task*'s lock for these arguments that *match*
+    (owner- and fencing-token-checked); returns the lock's name and those released
+    (none when *task* is not guarded). The worker's handlers of lost pool processes
+    and of revoked tasks both free holds through here."""
+    spec_config = lock_config_of(task)
+    if spec_config is None:
+        return "", []
+    config, spec = spec_config
+    name = spec.render(tuple(args), dict(kwargs))
+    return name, release_holders(config.lock_manager(), name, match)
+
+
 def release_dead_holder(
     task: Any,
     task_id: str,
@@ -248,18 +261,12 @@ def release_dead_holder(
     Each release is checked against the holder's owner and fencing token as they
     were looked at, so a hold that changed hands since is left alone.
     """
-    spec_config = lock_config_of(task)
-    if spec_config is None:
-        return []
-    config, spec = spec_config
-    name = spec.render(args, kwargs)
     pids = set(dead_pids)
+    name, holders = release_task_holders(
+        task, args, kwargs, lambda h: h.task_id == task_id and h.host == HOSTNAME and h.pid in pids
+    )
     released = []
-    for holder in release_holders(
-        config.lock_manager(),
-        name,
-        lambda h: h.task_id == task_id and h.host == HOSTNAME and h.pid in pids,
-    ):
+    for holder in holders:
         logger.info(
             "redislock: released lock %r of task %s[%s]: its pool process %s was lost "
             "(owner %s, fencing token %s)",

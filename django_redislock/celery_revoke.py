@@ -33,9 +33,8 @@ from celery.signals import task_revoked, worker_init
 from celery.worker.control import Panel
 from kombu.utils.functional import maybe_list
 
-from .celery_lost import lock_config_of, tracked_requests
+from .celery_lost import release_task_holders, tracked_requests
 from .engine.info import HolderInfo
-from .guard import release_holders
 
 logger = logging.getLogger("django_redislock.celery")
 
@@ -94,13 +93,8 @@ def _on_revoked(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
 
 
 def _release(task: Any, request: Any, match: Callable[[HolderInfo], bool]) -> None:
-    spec_config = lock_config_of(task)
-    if spec_config is None:
-        return
-    config, spec = spec_config
-    name = spec.render(
-        tuple(getattr(request, "args", None) or ()),
-        dict(getattr(request, "kwargs", None) or {}),
-    )
-    if release_holders(config.lock_manager(), name, match):
+    args = getattr(request, "args", None) or ()
+    kwargs = getattr(request, "kwargs", None) or {}
+    name, released = release_task_holders(task, args, kwargs, match)
+    if released:
         logger.info("redislock: released lock %r of revoked task %s", name, request.id)

@@ -216,5 +216,5 @@ def test_a_live_process_is_not_taken_for_the_lost_one(name: str) -> None:
         id="t3", task=_task(ca.lost_decorated), worker_pid=os.getpid(), args=[name, name], kwargs={}
     )
     celery_lost._track(request=request)
-    celery_lost.release_lost(request.task, "t3")  # this process is alive: not lost
+    celery_lost.release_lost_request(request)  # this process is alive: not lost
     assert locks.get(lock_name) is not None
