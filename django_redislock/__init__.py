@@ -12,7 +12,6 @@ Everything not listed in ``__all__`` is private or documented as advanced.
 
 from typing import Any
 
-from .decorators import single_instance
 from .engine.info import LockInfo
 from .exceptions import (
     LimitMismatch,
@@ -24,10 +23,11 @@ from .exceptions import (
     LockNotOwned,
     LockUpgradeError,
 )
-from .lock import Lock
-from .manager import LockManager, locks
-from .rwlock import ReadWriteLock
-from .semaphore import Semaphore
+from .guards.decorators import single_instance
+from .primitives.lock import Lock
+from .primitives.manager import LockManager, locks
+from .primitives.rwlock import ReadWriteLock
+from .primitives.semaphore import Semaphore
 
 __all__ = [
     "LimitMismatch",

@@ -21,7 +21,13 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
-from .conf import get_setting, setting
+from ..conf import get_setting, setting
+from ..engine.backends.aredlock import AsyncRedlockBackend
+from ..engine.backends.cluster import AsyncClusterBackend, ClusterBackend
+from ..engine.backends.redlock import RedlockBackend
+from ..engine.backends.single import AsyncSingleBackend, SingleBackend
+from ..engine.keys import KeySpace
+from ..engine.validate import to_millis
 from .connection import (
     async_twin,
     is_async_client,
@@ -31,12 +37,6 @@ from .connection import (
     resolve_client,
     sync_twin,
 )
-from .engine.backends.aredlock import AsyncRedlockBackend
-from .engine.backends.cluster import AsyncClusterBackend, ClusterBackend
-from .engine.backends.redlock import RedlockBackend
-from .engine.backends.single import AsyncSingleBackend, SingleBackend
-from .engine.keys import KeySpace
-from .engine.validate import to_millis
 
 #: The blocking backends a source makes: one Redis (plain or Sentinel), a cluster,
 #: or a Redlock over several masters.

@@ -31,9 +31,9 @@ from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisClusterException
 
-from .conf import setting
-from .exceptions import LockBackendError
-from .settings_spec import REDIS_URL_SCHEMES, validate_redis_targets
+from ..conf import setting
+from ..exceptions import LockBackendError
+from ..settings_spec import REDIS_URL_SCHEMES, validate_redis_targets
 
 
 def describe_backend(alias: str) -> str:

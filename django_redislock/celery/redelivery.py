@@ -18,7 +18,7 @@ So a copy that finds its lock held by another execution of its task id:
   among the processes sharing the Redis, as they are on separate machines,
   containers and pods). The worker's main process frees the hold of a pool
   process it lost before Celery requeues or fails the message
-  (:mod:`django_redislock.celery_lost`), so most copies find the lock free;
+  (:mod:`django_redislock.celery.lost`), so most copies find the lock free;
 * otherwise (the execution runs, or died on another host unseen) is *deferred*:
   the same message (task id, arguments, options, retry count) is sent again
   to come back when the holder's lease runs out, and the copy ends with
@@ -45,12 +45,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery.exceptions import Ignore
 
-from .engine.identity import HOSTNAME
-from .engine.info import HolderInfo, LockInfo
-from .exceptions import LockBackendError
+from ..engine.identity import HOSTNAME
+from ..engine.info import HolderInfo, LockInfo
+from ..exceptions import LockBackendError
 
 if TYPE_CHECKING:
-    from .manager import LockManager
+    from ..primitives.manager import LockManager
 
 logger = logging.getLogger("django_redislock.celery")
 

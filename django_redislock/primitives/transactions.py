@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .engine.guarding import guarding
+from ..engine.guarding import guarding
 
 if TYPE_CHECKING:
     from .lock import Lock

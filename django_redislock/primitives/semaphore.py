@@ -1,6 +1,6 @@
 """:class:`Semaphore`: at most ``limit`` holders of one name at once.
 
-A semaphore is a :class:`~django_redislock.lock.Lock` whose name admits
+A semaphore is a :class:`~django_redislock.primitives.lock.Lock` whose name admits
 ``limit`` holders instead of one: the same ``acquire`` / ``release`` /
 ``with`` / ``async with`` / timeouts / ``extend`` / ``owned``, and the same
 owners. Each holder (permit) has its own lease, renewed by the watchdog, its
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine.shared import Shared
+from ..engine.shared import Shared
 from .lock import Lock
 
 
@@ -27,7 +27,7 @@ class Semaphore(Lock):
         :class:`~django_redislock.exceptions.LimitMismatch` (it can change once
         nobody holds the semaphore).
 
-    The other parameters are :class:`~django_redislock.lock.Lock`'s, except
+    The other parameters are :class:`~django_redislock.primitives.lock.Lock`'s, except
     ``fair`` (a semaphore is always FIFO) and ``no_expiry`` (every permit needs
     its own lease).
     """

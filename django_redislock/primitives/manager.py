@@ -13,17 +13,17 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from . import signals
-from .engine.backends.base import AsyncBackend, Backend
-from .engine.calls import Call, ExtendResult
-from .engine.contention import Contention, overview
-from .engine.driver import call_async, call_sync
-from .engine.history import HistoryEvent, history_call, parse_history
-from .engine.info import LockInfo
-from .engine.operator_scripts import force_extend_script, force_release_script
-from .engine.validate import to_millis, validate_name, validate_seconds
-from .exceptions import LockBackendError, about_lock
-from .handler import BackendSource, BlockingBackend, default_source
+from .. import signals
+from ..client.source import BackendSource, BlockingBackend, default_source
+from ..engine.backends.base import AsyncBackend, Backend
+from ..engine.calls import Call, ExtendResult
+from ..engine.contention import Contention, overview
+from ..engine.driver import call_async, call_sync
+from ..engine.history import HistoryEvent, history_call, parse_history
+from ..engine.info import LockInfo
+from ..engine.operator_scripts import force_extend_script, force_release_script
+from ..engine.validate import to_millis, validate_name, validate_seconds
+from ..exceptions import LockBackendError, about_lock
 from .lock import Lock
 from .rwlock import ReadWriteLock
 from .semaphore import Semaphore

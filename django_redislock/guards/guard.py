@@ -1,6 +1,6 @@
 """What ``@single_instance`` and the Celery integration share.
 
-:mod:`django_redislock.decorators` (the decorator) and
+:mod:`django_redislock.guards.decorators` (the decorator) and
 :mod:`django_redislock.celery` (``SingleInstanceTask`` and the worker-side
 handlers) both build on this module; neither imports the other. It holds:
 
@@ -26,16 +26,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._keys_template import KeySpec
-from .engine.history import HistoryEvent, hold_spread
-from .engine.info import HolderInfo, LockInfo
-from .exceptions import LockBackendError, LockNotAcquired, LockNotOwned
+from ..engine.history import HistoryEvent, hold_spread
+from ..engine.info import HolderInfo, LockInfo
+from ..exceptions import LockBackendError, LockNotAcquired, LockNotOwned
+from .keys_template import KeySpec
 
 logger = logging.getLogger("django_redislock.celery")
 
 if TYPE_CHECKING:
-    from .lock import Lock
-    from .manager import LockManager
+    from ..primitives.lock import Lock
+    from ..primitives.manager import LockManager
 
 __all__ = [
     "DEFAULT",
@@ -106,7 +106,8 @@ class GuardConfig:
     @property
     def metrics_group(self) -> str:
         """The bounded label of this guard's locks in metrics (and in the contention
-        overview): :attr:`KeySpec.template <django_redislock._keys_template.KeySpec.template>`."""
+        overview): :attr:`KeySpec.template
+        <django_redislock.guards.keys_template.KeySpec.template>`."""
         return self.spec.template
 
     def acquire(self, lock: Lock, *, wait: bool = False) -> bool:
@@ -128,7 +129,7 @@ def _default_manager() -> LockManager:
     """``django_redislock.locks`` (imported on first use: the manager imports this module)."""
     global _locks
     if _locks is None:
-        from .manager import locks
+        from ..primitives.manager import locks
 
         _locks = locks
     return _locks

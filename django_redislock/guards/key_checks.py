@@ -39,8 +39,8 @@ from typing import Any
 
 from django.core import checks
 
-from ._keys_template import ARGS, KeySpec, template_fields
 from .guard import GuardConfig
+from .keys_template import ARGS, KeySpec, template_fields
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
@@ -196,7 +196,7 @@ def task_key_problems(app: Any) -> list[checks.CheckMessage]:
         return [_load_problem(what, exc)]
     finally:
         _loading.clear()
-    from .celery import _config_of
+    from ..celery.task import _config_of
 
     problems: list[checks.CheckMessage] = []
     for name, task in sorted(tasks.items()):

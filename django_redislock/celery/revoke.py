@@ -33,8 +33,8 @@ from celery.signals import task_revoked, worker_init
 from celery.worker.control import Panel
 from kombu.utils.functional import maybe_list
 
-from .celery_lost import release_task_holders, tracked_requests
-from .engine.info import HolderInfo
+from ..engine.info import HolderInfo
+from .lost import release_task_holders, tracked_requests
 
 logger = logging.getLogger("django_redislock.celery")
 

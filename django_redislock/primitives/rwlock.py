@@ -2,7 +2,7 @@
 
 ``locks.rw_lock(name)`` gives a read-write lock; its :meth:`~ReadWriteLock.read`
 and :meth:`~ReadWriteLock.write` are lock objects with everything a
-:class:`~django_redislock.lock.Lock` has. Many owners may hold the read at
+:class:`~django_redislock.Lock` has. Many owners may hold the read at
 once, or one owner the write. Each reader has its own lease, renewed by the
 watchdog, so a crashed reader frees its share when its lease runs out and a
 short reader never shortens a long one.
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine.shared import Shared
-from .engine.validate import validate_name
+from ..engine.shared import Shared
+from ..engine.validate import validate_name
 from .lock import HasSource, Lock
 
 
 class ReadLock(Lock):
-    """The read side of a :class:`ReadWriteLock` (a :class:`~django_redislock.lock.Lock`)."""
+    """The read side of a :class:`ReadWriteLock` (a :class:`~django_redislock.Lock`)."""
 
     def __init__(self, name: str, **options: Any) -> None:
         self._shared = Shared("r")
@@ -38,7 +38,7 @@ class ReadLock(Lock):
 
 
 class WriteLock(Lock):
-    """The write side of a :class:`ReadWriteLock` (a :class:`~django_redislock.lock.Lock`)."""
+    """The write side of a :class:`ReadWriteLock` (a :class:`~django_redislock.Lock`)."""
 
     def __init__(self, name: str, **options: Any) -> None:
         self._shared = Shared("w")
@@ -51,7 +51,7 @@ class WriteLock(Lock):
 class ReadWriteLock:
     """A distributed read-write lock (``locks.rw_lock(name, **options)``).
 
-    *options* are the :class:`~django_redislock.lock.Lock` options shared by both
+    *options* are the :class:`~django_redislock.Lock` options shared by both
     sides (``ttl``, ``timeout``, ``purpose``, ...; not ``fair`` nor
     ``no_expiry``); :meth:`read` and :meth:`write` may override them.
     """

@@ -27,20 +27,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 
-from ._keys_template import ARGS, KeySpec
-from .conf import setting
-from .engine.guarding import guarding
-from .engine.history import HistoryEvent
-from .engine.info import LockInfo
-from .exceptions import LockBackendError
+from ..conf import setting
+from ..engine.guarding import guarding
+from ..engine.history import HistoryEvent
+from ..engine.info import LockInfo
+from ..exceptions import LockBackendError
+from ..primitives.semaphore import validate_limit
+from ..primitives.transactions import release_after_transactions
+from ..settings_spec import validate_view_redis_error
 from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after, task_hooks
-from .semaphore import validate_limit
-from .settings_spec import validate_view_redis_error
-from .transactions import release_after_transactions
+from .keys_template import ARGS, KeySpec
 
 if TYPE_CHECKING:
-    from .lock import Lock
-    from .manager import LockManager
+    from ..primitives.lock import Lock
+    from ..primitives.manager import LockManager
 
 logger = logging.getLogger("django_redislock")
 
@@ -209,7 +209,7 @@ def _release(lock: Lock, exc_info: Any, request: HttpRequest | None) -> None:
     """Leave the call's lock as ``with lock:`` does; for a view whose release Redis could
     not confirm, log it and keep the view's outcome (the lease runs out unrenewed).
     A view's lock is released only once the transactions it ran in have ended
-    (``ATOMIC_REQUESTS``; see :mod:`django_redislock.transactions`)."""
+    (``ATOMIC_REQUESTS``; see :mod:`django_redislock.primitives.transactions`)."""
     if request is not None and release_after_transactions(lock):
         return
     try:

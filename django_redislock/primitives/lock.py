@@ -28,19 +28,20 @@ from time import monotonic
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import signals
-from .conf import setting
-from .engine import flows
-from .engine.calls import Attempt, Call, NotReplicated
-from .engine.driver import call_async, call_sync, run_async, run_sync
-from .engine.guarding import guard_owner
-from .engine.holds import Hold, HoldTable, known_holds
-from .engine.identity import HOSTNAME, current_owner, new_nonce, process_token
-from .engine.keys import LockKeys
-from .engine.mutex import Kind, Mutex
-from .engine.scripts import HANDOFF_CLAIM_MS
-from .engine.shared import Shared
-from .engine.validate import (
+from .. import signals
+from ..client.source import BackendSource, default_source
+from ..conf import setting
+from ..engine import flows
+from ..engine.calls import Attempt, Call, NotReplicated
+from ..engine.driver import call_async, call_sync, run_async, run_sync
+from ..engine.guarding import guard_owner
+from ..engine.holds import Hold, HoldTable, known_holds
+from ..engine.identity import HOSTNAME, current_owner, new_nonce, process_token
+from ..engine.keys import LockKeys
+from ..engine.mutex import Kind, Mutex
+from ..engine.scripts import HANDOFF_CLAIM_MS
+from ..engine.shared import Shared
+from ..engine.validate import (
     json_dict,
     to_millis,
     validate_name,
@@ -49,8 +50,8 @@ from .engine.validate import (
     validate_seconds,
     validate_wait,
 )
-from .engine.watchdog import watchdog
-from .exceptions import (
+from ..engine.watchdog import watchdog
+from ..exceptions import (
     BlockingCallInEventLoop,
     LockBackendError,
     LockError,
@@ -60,13 +61,12 @@ from .exceptions import (
     LockNotReplicated,
     about_lock,
 )
-from .handler import BackendSource, default_source
 
 if TYPE_CHECKING:
     from django.dispatch import Signal
 
-    from .engine.backends.base import AsyncBackend, Backend
-    from .engine.info import HolderInfo, LockInfo
+    from ..engine.backends.base import AsyncBackend, Backend
+    from ..engine.info import HolderInfo, LockInfo
 
 logger = logging.getLogger("django_redislock")
 

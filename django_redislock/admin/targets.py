@@ -19,9 +19,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .engine.info import HolderInfo, LockInfo
-from .engine.shared import MODE_NAMES, PRIMITIVES
-from .engine.validate import validate_name
+from ..engine.info import HolderInfo, LockInfo
+from ..engine.shared import MODE_NAMES, PRIMITIVES
+from ..engine.validate import validate_name
 
 #: Most holders one whole-lock target may carry (a form field stays bounded).
 MAX_HOLDERS = 1000

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine.info import LockInfo
-from .engine.keys import KeySpace, glob_escape
-from .manager import LockManager
+from ..engine.info import LockInfo
+from ..engine.keys import KeySpace, glob_escape
+from ..primitives.manager import LockManager
 
 #: Accepted values of the ``o`` (ordering) query parameter.
 ORDERINGS = ("name", "-name", "age", "-age", "ttl", "-ttl", "renewed", "-renewed")

@@ -24,10 +24,11 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 
-from . import admin_actions, admin_views
-from .exceptions import LockBackendError
-from .manager import LockManager, locks
-from .models import HeldLock
+from ..exceptions import LockBackendError
+from ..models import HeldLock
+from ..primitives.manager import LockManager, locks
+from . import actions as admin_actions
+from . import views as admin_views
 
 
 class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

@@ -21,12 +21,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
-from .admin_targets import Target, describe_primitive
-from .admin_views import ViewerAdmin, current_locks, lease_seconds, page_context, require_view
-from .describe import describe_holder
-from .engine.info import HolderInfo, LockInfo
-from .exceptions import LockBackendError
-from .models import HeldLock
+from ..describe.snapshot import describe_holder
+from ..engine.info import HolderInfo, LockInfo
+from ..exceptions import LockBackendError
+from ..models import HeldLock
+from .targets import Target, describe_primitive
+from .views import ViewerAdmin, current_locks, lease_seconds, page_context, require_view
 
 #: Most locks one action request may act on.
 MAX_TARGETS = 1000

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .engine.info import HolderInfo, LockInfo, WaiterInfo
-from .manager import LockManager
+from ..engine.info import HolderInfo, LockInfo, WaiterInfo
+from ..primitives.manager import LockManager
 
 #: :attr:`Liveness.state` values.
 RENEWED, OVERDUE, RUNS_OUT, NO_EXPIRY, UNKNOWN = (

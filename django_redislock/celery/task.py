@@ -4,7 +4,7 @@ Importing this module imports Celery (the ``celery`` extra:
 ``pip install "/path/to/django-redislock[celery]"`` from a checkout);
 nothing else in the package does. It also registers the task hooks through
 which ``@single_instance`` runs Celery task bodies (see
-:mod:`django_redislock.guard`); the app's ``ready()`` imports it whenever
+:mod:`django_redislock.guards.guard`); the app's ``ready()`` imports it whenever
 Celery is installed.
 
 How a task's lock lives:
@@ -40,23 +40,11 @@ from celery.exceptions import Reject, Retry
 from celery.local import Proxy
 from celery.utils import uuid
 
-from ._keys_template import KeySpec
-from .celery_autoretry import autoretry_delay
-from .celery_redelivery import (
-    TAKEOVER_TRIES,
-    completed,
-    dead_here,
-    defer,
-    drop,
-    execution_of,
-    record_completion,
-    take_over,
-)
-from .conf import setting
-from .engine.guarding import guard_owner, guarding
-from .engine.identity import new_nonce
-from .exceptions import DuplicateTaskError, LockError
-from .guard import (
+from ..conf import setting
+from ..engine.guarding import guard_owner, guarding
+from ..engine.identity import new_nonce
+from ..exceptions import DuplicateTaskError, LockError
+from ..guards.guard import (
     DEFAULT,
     TASK_MODES,
     GuardConfig,
@@ -67,8 +55,20 @@ from .guard import (
     register_task_hooks,
     release_task_hold,
 )
-from .lock import Lock
-from .semaphore import validate_limit
+from ..guards.keys_template import KeySpec
+from ..primitives.lock import Lock
+from ..primitives.semaphore import validate_limit
+from .autoretry import autoretry_delay
+from .redelivery import (
+    TAKEOVER_TRIES,
+    completed,
+    dead_here,
+    defer,
+    drop,
+    execution_of,
+    record_completion,
+    take_over,
+)
 
 logger = logging.getLogger("django_redislock.celery")
 
@@ -240,7 +240,7 @@ def _acquire_execution(
     """Take *lock* for a new execution of *task*'s id, settling a broker's copy.
 
     When another execution of the same task id holds the lock, this one is a
-    copy of it (see :mod:`django_redislock.celery_redelivery`): it takes the hold
+    copy of it (see :mod:`django_redislock.celery.redelivery`): it takes the hold
     over when that execution died on this host, else it is deferred (Ignore).
     Any other holder gets the configured ``on_locked`` treatment (False).
     """
@@ -618,7 +618,7 @@ def _config_of(task: Any) -> tuple[GuardConfig, KeySpec] | None:
     return config, config.spec.without_self()
 
 
-# @single_instance reaches Celery only through these (see django_redislock.guard).
+# @single_instance reaches Celery only through these (see django_redislock.guards.guard).
 register_task_hooks(
     TaskHooks(
         running_task=_running_task,
@@ -628,11 +628,11 @@ register_task_hooks(
 )
 
 # A pool process killed under its task (SIGKILL, OOM): the main process frees its lock.
-from .celery_lost import connect as _connect_lost  # noqa: E402
+from .lost import connect as _connect_lost  # noqa: E402
 
 _connect_lost(_config_of)
 
 # A revoked task's lock: freed when the revoke arrives, or when the task is discarded.
-from .celery_revoke import connect as _connect_revoke  # noqa: E402
+from .revoke import connect as _connect_revoke  # noqa: E402
 
 _connect_revoke()

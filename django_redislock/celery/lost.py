@@ -34,7 +34,7 @@ fencing-token-checked ``force_release``, so a lock that changed hands meanwhile
 (another execution of the same task id, a retry, anyone else) is left alone.
 Whatever this cannot see (the whole worker killed) still frees when the lease
 runs out, or when a redelivered copy on this host finds the holder's process
-gone (:mod:`django_redislock.celery_redelivery`).
+gone (:mod:`django_redislock.celery.redelivery`).
 
 The hard time limit is not handled here: Celery reports it (``task_failure``
 with ``TimeLimitExceeded``) before the pool terminates the child, which may
@@ -56,11 +56,11 @@ from billiard.exceptions import WorkerLostError
 from celery.signals import task_received, worker_init, worker_ready, worker_shutdown
 from kombu.utils.imports import symbol_by_name
 
-from ._keys_template import KeySpec
-from .celery_redelivery import pid_alive
-from .engine.identity import HOSTNAME
-from .engine.info import HolderInfo
-from .guard import GuardConfig, release_holders
+from ..engine.identity import HOSTNAME
+from ..engine.info import HolderInfo
+from ..guards.guard import GuardConfig, release_holders
+from ..guards.keys_template import KeySpec
+from .redelivery import pid_alive
 
 logger = logging.getLogger("django_redislock.celery")
 

@@ -9,8 +9,8 @@ from urllib.parse import urlencode
 
 from django.http import HttpRequest
 
-from .admin_listing import ORDERINGS, ListQuery, Window
-from .admin_targets import PRIMITIVE_LABELS
+from .listing import ORDERINGS, ListQuery, Window
+from .targets import PRIMITIVE_LABELS
 
 #: Auto-refresh periods (seconds) offered on the list page; 0 = off.
 REFRESH_CHOICES = (0, 5, 30)

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .describe import seconds_text
-from .engine.contention import Contention
-from .engine.history import HistoryEvent, Spread, hold_spread, wait_spread
+from ..engine.contention import Contention
+from ..engine.history import HistoryEvent, Spread, hold_spread, wait_spread
+from .snapshot import seconds_text
 
 
 def _who(owner: str | None, meta: dict[str, Any]) -> str:

@@ -13,13 +13,13 @@ from django.contrib.admin.utils import quote
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from .describe import seconds_text
-from .describe_history import history_lines, spreads
-from .engine.contention import Contention
-from .exceptions import LockBackendError
+from ..describe.history import history_lines, spreads
+from ..describe.snapshot import seconds_text
+from ..engine.contention import Contention
+from ..exceptions import LockBackendError
 
 if TYPE_CHECKING:
-    from .manager import LockManager
+    from ..primitives.manager import LockManager
 
 
 class ViewerAdmin(Protocol):

@@ -26,12 +26,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
-from .admin_contention import contention_page, history_context
-from .admin_listing import scan_window
-from .admin_query import REFRESH_CHOICES, filter_choices, params_of, qs, query_from, sort_links
-from .admin_targets import Target, describe_primitive
-from .conf import setting
-from .describe import (
+from ..conf import setting
+from ..describe.snapshot import (
     Liveness,
     ago_text,
     describe_holder,
@@ -41,10 +37,14 @@ from .describe import (
     queue_text,
     waiter_lines,
 )
-from .engine.info import HolderInfo, LockInfo
-from .engine.validate import validate_name
-from .exceptions import LockBackendError
-from .manager import LockManager
+from ..engine.info import HolderInfo, LockInfo
+from ..engine.validate import validate_name
+from ..exceptions import LockBackendError
+from ..primitives.manager import LockManager
+from .contention import contention_page, history_context
+from .listing import scan_window
+from .query import REFRESH_CHOICES, filter_choices, params_of, qs, query_from, sort_links
+from .targets import Target, describe_primitive
 
 
 class ViewerAdmin(Protocol):
