@@ -17,12 +17,8 @@ adds is the Django side: settings defaults, metadata, signals and the
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
-import os
-import threading
-from asyncio.events import _get_running_loop
 from collections.abc import Coroutine
 from time import monotonic
 from types import TracebackType
@@ -36,7 +32,7 @@ from ..engine.calls import Attempt, Call, NotReplicated
 from ..engine.driver import call_async, call_sync, run_async, run_sync
 from ..engine.guarding import guard_owner
 from ..engine.holds import Hold, HoldTable, known_holds
-from ..engine.identity import HOSTNAME, current_owner, new_nonce, process_token
+from ..engine.identity import current_owner, new_nonce
 from ..engine.keys import LockKeys
 from ..engine.mutex import Kind, Mutex
 from ..engine.scripts import HANDOFF_CLAIM_MS
@@ -52,7 +48,6 @@ from ..engine.validate import (
 )
 from ..engine.watchdog import watchdog
 from ..exceptions import (
-    BlockingCallInEventLoop,
     LockBackendError,
     LockError,
     LockLost,
@@ -61,6 +56,10 @@ from ..exceptions import (
     LockNotReplicated,
     about_lock,
 )
+from .event_loop import finish_in_background, refuse_in_event_loop
+from .lease import UNSET, count_arg, lease_of
+from .metadata import HolderMeta
+from .refusals import UNREAD, not_owned
 
 if TYPE_CHECKING:
     from django.dispatch import Signal
@@ -69,16 +68,6 @@ if TYPE_CHECKING:
     from ..engine.info import HolderInfo, LockInfo
 
 logger = logging.getLogger("django_redislock")
-
-_UNSET: Any = object()
-#: Metadata JSON of locks without purpose/extra/meta, per (pid, thread, task).
-_plain_meta: dict[tuple[int, str, str], bytes] = {}
-#: Tasks finishing what a cancelled ``aacquire``/``arelease`` left in flight.
-_background: set[asyncio.Task[Any]] = set()
-
-
-#: A lock snapshot that was not read (who holds the lock is unknown).
-_UNREAD: Any = object()
 
 
 class HasSource(Protocol):
@@ -138,7 +127,7 @@ class Lock:
         name: str,
         *,
         manager: HasSource | None = None,
-        ttl: float | None = _UNSET,
+        ttl: float | None = UNSET,
         timeout: float | None = None,
         blocking: bool = True,
         auto_renew: bool | None = None,
@@ -172,27 +161,7 @@ class Lock:
         )
         self.manager = manager
         self._source = default_source if manager is None else manager.source
-        if ttl is _UNSET and not no_expiry:
-            self.ttl_ms, self._ttl_arg = _default_lease()
-        elif ttl is None or ttl is _UNSET:
-            if not no_expiry:
-                raise ValueError(
-                    "ttl=None would make a lock that never expires; pass no_expiry=True "
-                    "if that is really what you want"
-                )
-            if ttl is _UNSET:
-                raise ValueError("no_expiry=True needs ttl=None")
-            self.ttl_ms, self._ttl_arg = 0, b"0"
-        else:
-            if no_expiry:
-                raise ValueError("no_expiry=True needs ttl=None")
-            if type(ttl) in (int, float) and ttl == 0:
-                raise ValueError(
-                    "ttl must be a positive number of seconds, got 0 (redis-py's timeout=0 "
-                    "means no expiry; here that is ttl=None, no_expiry=True)"
-                )
-            self.ttl_ms = to_millis(validate_seconds(ttl, "ttl"), "ttl")
-            self._ttl_arg = str(self.ttl_ms).encode()
+        self.ttl_ms, self._ttl_arg = lease_of(ttl, no_expiry)
         self.timeout = None if timeout is None else validate_wait(timeout, "timeout")
         self.blocking = bool(blocking)
         if auto_renew is None:
@@ -213,7 +182,7 @@ class Lock:
             self.wait_replicas = validate_replicas(wait_replicas, "wait_replicas")
         self._holds = HoldTable()
         self._keys_cache: tuple[Any, LockKeys] | None = None
-        self._meta_cache: tuple[tuple[int, str, str], bytes] | None = None
+        self._meta_text = HolderMeta()
 
     # -- identity and plumbing -------------------------------------------------
 
@@ -245,38 +214,7 @@ class Lock:
         return self._keys(self._source.backend()).lock
 
     def _meta(self) -> bytes:
-        # Sent on every acquire, so serialised once per (process, thread, task):
-        # shared by all plain locks, and per Lock when it has its own metadata.
-        loop = _get_running_loop()
-        task = None if loop is None else asyncio.current_task(loop)
-        ident = (os.getpid(), threading.current_thread().name, task.get_name() if task else "")
-        plain = self.purpose is None and not self.extra and not self.meta and self.auto_renew
-        if plain:
-            text = _plain_meta.get(ident)
-            if text is not None:
-                return text
-        elif self._meta_cache is not None and self._meta_cache[0] == ident:
-            return self._meta_cache[1]
-        meta: dict[str, Any] = {"host": HOSTNAME, "pid": ident[0], "thread": ident[1]}
-        if ident[2]:
-            meta["task"] = ident[2]
-        if self.purpose is not None:
-            meta["purpose"] = self.purpose
-        if self.extra:
-            meta["extra"] = self.extra
-        if self.meta:
-            for field, value in self.meta.items():
-                meta.setdefault(field, value)
-        if not self.auto_renew:
-            meta["renews"] = False  # so its lease running down does not look like a dead holder
-        text = json.dumps(meta, separators=(",", ":")).encode()
-        if plain:
-            if len(_plain_meta) >= 1024:
-                _plain_meta.clear()
-            _plain_meta[ident] = text
-        else:
-            self._meta_cache = (ident, text)
-        return text
+        return self._meta_text.text(self.purpose, self.extra, self.meta, self.auto_renew)
 
     # -- acquire ---------------------------------------------------------------
 
@@ -292,9 +230,9 @@ class Lock:
             self._owner = validate_owner(token)
         if blocking is None:
             blocking = self.blocking
-        if timeout is _UNSET:
+        if timeout is UNSET:
             timeout = blocking_timeout
-        if timeout is _UNSET:
+        if timeout is UNSET:
             timeout = self.timeout
         else:
             timeout = validate_wait(timeout, "timeout")
@@ -331,7 +269,7 @@ class Lock:
             # or write's "n|m"): a hold in Redis beyond it is an orphan (see KnownHolds).
             prefix = self._known_prefix()
             known = b"|".join(
-                _count_arg(known_holds.get((prefix, counted, owner)))
+                count_arg(known_holds.get((prefix, counted, owner)))
                 for counted in self._kind.known_names(self.name)
             )
         return flows.AcquireOp(
@@ -354,9 +292,9 @@ class Lock:
     def acquire(
         self,
         blocking: bool | None = None,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
         *,
-        blocking_timeout: float | None = _UNSET,
+        blocking_timeout: float | None = UNSET,
         token: str | bytes | None = None,
         sleep: float | None = None,
     ) -> bool:
@@ -379,7 +317,7 @@ class Lock:
         del sleep
         owner, blocking, timeout = self._wait_policy(blocking, timeout, blocking_timeout, token)
         if blocking:
-            _refuse_in_event_loop(self.name, "acquire()", "aacquire()")
+            refuse_in_event_loop(self.name, "acquire()", "aacquire()")
         backend = self._source.backend()
         op = self._acquire_op(backend, owner, blocking, timeout)
         started = _start_clock()
@@ -393,9 +331,9 @@ class Lock:
     def aacquire(
         self,
         blocking: bool | None = None,
-        timeout: float | None = _UNSET,
+        timeout: float | None = UNSET,
         *,
-        blocking_timeout: float | None = _UNSET,
+        blocking_timeout: float | None = UNSET,
         token: str | bytes | None = None,
         sleep: float | None = None,
     ) -> Coroutine[Any, Any, bool]:
@@ -418,7 +356,7 @@ class Lock:
         try:
             attempt = await run_async(flows.acquire(op), backend)
         except asyncio.CancelledError:
-            await _finish_in_background(self._undo_acquire(op, owner, backend))
+            await finish_in_background(self._undo_acquire(op, owner, backend))
             raise
         except LockBackendError as error:
             self._backend_error(owner, "acquire", error)
@@ -524,7 +462,7 @@ class Lock:
         except LockBackendError as error:
             self._release_unconfirmed(owner, everything, error)
             raise
-        holder = self._peek() if remaining < 0 else _UNREAD
+        holder = self._peek() if remaining < 0 else UNREAD
         return self._settle_release(owner, everything, remaining, holder)
 
     async def _arelease(self, owner: str, everything: bool) -> int:
@@ -534,12 +472,12 @@ class Lock:
         try:
             remaining = int(await call_async(call, backend))
         except asyncio.CancelledError:
-            await _finish_in_background(self._finish_release(call, backend, owner, everything))
+            await finish_in_background(self._finish_release(call, backend, owner, everything))
             raise
         except LockBackendError as error:
             self._release_unconfirmed(owner, everything, error)
             raise
-        holder = await self._apeek() if remaining < 0 else _UNREAD
+        holder = await self._apeek() if remaining < 0 else UNREAD
         return self._settle_release(owner, everything, remaining, holder)
 
     async def _finish_release(
@@ -580,16 +518,16 @@ class Lock:
             known_holds.set(key, 0 if everything else known_holds.get(key) - 1)
 
     def _settle_release(
-        self, owner: str, everything: bool, remaining: int, holder: Any = _UNREAD
+        self, owner: str, everything: bool, remaining: int, holder: Any = UNREAD
     ) -> int:
         """What Redis's answer to a release means (*holder*: the lock's snapshot, read
-        after a refused release, for the error; :data:`_UNREAD` if not read)."""
+        after a refused release, for the error; :data:`UNREAD` if not read)."""
         self._know(owner, max(remaining, 0))
         forgotten = self._holds.released(owner, everything, remaining)
         if forgotten is not None and forgotten.watch is not None:
             watchdog.unwatch(forgotten.watch)
         if remaining < 0:
-            raise _not_owned(self.name, "release", owner, holder)
+            raise not_owned(self.name, "release", owner, holder)
         if signals.lock_released.receivers:
             held = None
             if forgotten is not None and forgotten.since:
@@ -655,7 +593,7 @@ class Lock:
             reply = call_sync(call, backend)
         except NotReplicated as exc:
             raise self._extension_not_replicated(exc) from None
-        return self._settle_extend(reply, self._peek() if int(reply) == -1 else _UNREAD)
+        return self._settle_extend(reply, self._peek() if int(reply) == -1 else UNREAD)
 
     async def aextend(self, additional_time: float, replace_ttl: bool = False) -> bool:
         """:meth:`extend` for asyncio."""
@@ -665,7 +603,7 @@ class Lock:
             reply = await call_async(call, backend)
         except NotReplicated as exc:
             raise self._extension_not_replicated(exc) from None
-        holder = await self._apeek() if int(reply) == -1 else _UNREAD
+        holder = await self._apeek() if int(reply) == -1 else UNREAD
         return self._settle_extend(reply, holder)
 
     def _extension_not_replicated(self, exc: NotReplicated) -> LockError:
@@ -688,11 +626,11 @@ class Lock:
             self._call_keys(backend), self.owner, ms, replace_ttl, self.name, self.wait_replicas
         )
 
-    def _settle_extend(self, reply: Any, holder: Any = _UNREAD) -> bool:
+    def _settle_extend(self, reply: Any, holder: Any = UNREAD) -> bool:
         """What Redis's answer to an extension means (*holder*: as for a release)."""
         result = int(reply)
         if result == -1:
-            raise _not_owned(self.name, "extend", self.owner, holder)
+            raise not_owned(self.name, "extend", self.owner, holder)
         if result == -2:
             raise LockError(f"lock {self.name!r} has no expiry to extend", name=self.name)
         return True
@@ -731,18 +669,18 @@ class Lock:
         return infos[0] if infos else None
 
     def _peek(self) -> Any:
-        """The lock's snapshot for an error message; :data:`_UNREAD` if Redis fails."""
+        """The lock's snapshot for an error message; :data:`UNREAD` if Redis fails."""
         try:
             return self.info()
         except LockBackendError:
-            return _UNREAD
+            return UNREAD
 
     async def _apeek(self) -> Any:
         """:meth:`_peek` for asyncio."""
         try:
             return await self.ainfo()
         except LockBackendError:
-            return _UNREAD
+            return UNREAD
 
     def locked(self) -> bool:
         """Whether anybody holds the lock."""
@@ -919,114 +857,8 @@ class Lock:
         return f"<Lock {self.name!r} ttl={self.ttl_seconds}>"
 
 
-def _not_owned(name: str, action: str, owner: str, holder: Any) -> LockNotOwned:
-    """The LockNotOwned of a release or extension by *owner* that Redis refused, naming
-    who holds the lock: *holder* is its snapshot (None: nobody), or :data:`_UNREAD`."""
-    text = f"cannot {action} lock {name!r}: {_owner_words(owner, 'this')} does not hold it"
-    if holder is _UNREAD:
-        return LockNotOwned(
-            f"{text} (its lease may have run out, or someone else released it)", name=name
-        )
-    if holder is None or not holder.holders:
-        return LockNotOwned(
-            f"{text}, and nobody holds it now (its lease ran out, or someone else released it)",
-            name=name,
-        )
-    holders = holder.holders
-    text += "; it is held by " + ", ".join(_holder_words(h) for h in holders)
-    if any(_ours(h.owner) for h in holders):
-        text += (
-            ". A lock's owner is the thread (or asyncio task) that acquired it: release "
-            "it there, or give the Lock objects one explicit owner="
-        )
-    return LockNotOwned(text, name=name)
-
-
-def _ours(owner: str | None) -> bool:
-    """Whether *owner* is a token this process made (for a thread or an asyncio task)."""
-    return owner is not None and owner.startswith(process_token() + ":")
-
-
-def _owner_words(owner: str, which: str) -> str:
-    """*owner* in words: ``this thread``, ``another asyncio task of this process`` (with
-    *which* = ``"another"``), or an explicit owner."""
-    if not _ours(owner):
-        return f"owner {owner!r}"
-    kind = owner[len(process_token()) + 1 :]
-    what = "asyncio task" if kind.startswith("t") else "thread"
-    if which == "this":
-        return f"this {what} (owner {owner!r})"
-    return f"another {what} of this process (owner {owner!r})"
-
-
-def _holder_words(holder: HolderInfo) -> str:
-    """Who *holder* is, for :func:`_not_owned`."""
-    if _ours(holder.owner):
-        thread = f", thread {holder.thread!r}" if holder.thread else ""
-        return _owner_words(holder.owner or "", "another")[:-1] + thread + ")"
-    where = [
-        f"task {holder.task_id}" if holder.task_id else "",
-        f"host {holder.host}" if holder.host else "",
-        f"pid {holder.pid}" if holder.pid is not None else "",
-        f"thread {holder.thread!r}" if holder.thread else "",
-    ]
-    detail = ", ".join(w for w in where if w)
-    return f"owner {holder.owner!r}" + (f" ({detail})" if detail else "")
-
-
 def _start_clock() -> float:
     """The start of an acquire call, for the signals' ``waited`` (0: nobody listens)."""
     if signals.lock_acquired.receivers or signals.lock_not_acquired.receivers:
         return monotonic()
     return 0.0
-
-
-_lease_cache: dict[Any, tuple[int, bytes]] = {}
-#: Small hold counts as script arguments.
-_COUNTS = [str(i).encode() for i in range(8)]
-
-
-def _count_arg(count: int) -> bytes:
-    """A hold count as a script argument."""
-    return _COUNTS[count] if count < len(_COUNTS) else str(count).encode()
-
-
-def _default_lease() -> tuple[int, bytes]:
-    """``REDISLOCK_DEFAULT_TTL`` in ms, and as the scripts' argument (validated once per value)."""
-    value = setting("REDISLOCK_DEFAULT_TTL")
-    try:
-        return _lease_cache[value]
-    except KeyError:
-        ms = to_millis(value, "REDISLOCK_DEFAULT_TTL")
-        if len(_lease_cache) < 64:
-            _lease_cache[value] = (ms, str(ms).encode())
-        return ms, str(ms).encode()
-
-
-def _refuse_in_event_loop(name: str, call: str, instead: str) -> None:
-    """Raise BlockingCallInEventLoop when a blocking wait would freeze a running loop."""
-    if _get_running_loop() is None:
-        return
-    raise BlockingCallInEventLoop(
-        f"lock {name!r}: {call} would block the running event loop while it waits; "
-        f"use 'await lock.{instead}' or 'async with lock:' in async code "
-        "(or acquire(blocking=False) for one attempt)",
-        name=name,
-    )
-
-
-async def _finish_in_background(coro: Coroutine[Any, Any, None]) -> None:
-    """Run *coro* to its end even if the caller is cancelled again meanwhile."""
-    task = asyncio.get_running_loop().create_task(coro)
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-    task.add_done_callback(_log_failure)
-    try:
-        await asyncio.shield(task)
-    except BaseException:  # cancelled again, or it failed (logged): the caller's error wins
-        pass
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("redislock: finishing a cancelled lock call failed: %s", task.exception())
