@@ -4,6 +4,9 @@
   ``ALLOWED_CYCLES`` (each entry is a known cycle being taken apart).
 * ``django_redislock/engine/`` is Django-free: it imports neither Django nor
   Celery, and of the rest of the package only ``django_redislock.exceptions``.
+* The package's parts (its folders and top-level modules) are layers, ``LAYERS``: a
+  part imports only parts of a lower layer (or itself), so nothing in ``engine/``
+  reaches the folders above it, and ``guards/`` reaches Celery only through its hooks.
 
 An import counts wherever it is written (module level or inside a function),
 except under ``if TYPE_CHECKING:``, which never runs. For the engine rule,
@@ -26,6 +29,28 @@ ENGINE = f"{PACKAGE}.engine"
 #: Cycles tolerated for now, each as the set of the modules in it; delete an
 #: entry once its cycle is gone.
 ALLOWED_CYCLES: set[frozenset[str]] = set()
+
+#: The package's parts, lowest layer first: a part may import only parts of a lower
+#: layer (and itself). A part is a folder (``primitives``) or a top-level module
+#: (``conf``); ``""`` is the package's ``__init__`` (the public API), on top.
+LAYERS: list[set[str]] = [
+    {"exceptions"},
+    {"engine"},
+    {"settings_spec"},
+    {"standalone"},
+    {"conf", "signals", "models"},
+    {"client"},
+    {"primitives"},
+    {"describe", "guards"},
+    {"celery", "django_tasks", "admin", "management", "checks", "metrics", "testing"},
+    {"migrations"},
+    {"apps", "pytest_plugin", ""},
+]
+#: Imports allowed against the layers: (importing module, imported module).
+LAYER_EXCEPTIONS = {
+    # the version string of the package, for the OpenTelemetry meter's name
+    (f"{PACKAGE}.metrics.otel", PACKAGE),
+}
 
 #: What engine/ may import from the rest of the package.
 ENGINE_MAY_IMPORT = {f"{PACKAGE}.exceptions"}
@@ -272,3 +297,31 @@ def test_engine_imports_no_django_and_only_exceptions_of_the_package() -> None:
         if top in ENGINE_BANNED or outside:
             found.append(f"{_file(imp.source)} line {imp.line}: imports {imp.target}")
     assert not found, "engine/ reaches outside its floor:\n" + "\n".join(found)
+
+
+def _part(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_layers_name_every_part() -> None:
+    parts = {_part(m) for m in _modules()}
+    named = set().union(*LAYERS)
+    assert parts <= named, f"parts missing from LAYERS: {sorted(parts - named)}"
+    assert named <= parts, f"LAYERS names parts that are gone: {sorted(named - parts)}"
+
+
+def test_each_part_imports_only_lower_layers() -> None:
+    layer = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+    graph = _graph()
+    found = [
+        f"{_file(source)} line {line}: imports {target} "
+        f"(layer {layer[_part(target)]} >= its own {layer[_part(source)]})"
+        for source, targets in graph.items()
+        for target, line in targets.items()
+        if _part(source) != _part(target)
+        and layer[_part(target)] >= layer[_part(source)]
+        and (source, target) not in LAYER_EXCEPTIONS
+    ]
+    assert not found, "imports against the layers (tests/test_layout.py LAYERS):\n" + "\n".join(
+        found
+    )

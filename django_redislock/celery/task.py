@@ -624,6 +624,7 @@ register_task_hooks(
         running_task=_running_task,
         run_task=run_decorated_task,
         check_decoratable=_refuse_task,
+        lock_options_of=_config_of,
     )
 )
 

@@ -259,6 +259,10 @@ class TaskHooks:
     #: ``check_decoratable(func)``: raise TypeError when *func* is already a
     #: task (the decorator is stacked above the task decorator).
     check_decoratable: Callable[[Any], None]
+    #: ``lock_options_of(task)``: build a task's lock options (the system checks'
+    #: test of a Celery task), raising TypeError/ValueError when they are wrong;
+    #: None for a framework whose tasks the checks do not look at.
+    lock_options_of: Callable[[Any], Any] | None = None
 
 
 _task_hooks: tuple[TaskHooks, ...] = ()

@@ -39,7 +39,7 @@ from typing import Any
 
 from django.core import checks
 
-from .guard import GuardConfig
+from .guard import GuardConfig, task_hooks
 from .keys_template import ARGS, KeySpec, template_fields
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
@@ -196,12 +196,14 @@ def task_key_problems(app: Any) -> list[checks.CheckMessage]:
         return [_load_problem(what, exc)]
     finally:
         _loading.clear()
-    from ..celery.task import _config_of
-
+    # The Celery integration's hook (registered when django_redislock.celery is imported,
+    # as the app's ready() does whenever Celery is installed).
+    options_of = [h.lock_options_of for h in task_hooks() if h.lock_options_of is not None]
     problems: list[checks.CheckMessage] = []
     for name, task in sorted(tasks.items()):
         try:
-            _config_of(task)
+            for lock_options_of in options_of:
+                lock_options_of(task)
         except (TypeError, ValueError) as exc:
             problems.append(
                 _error(
