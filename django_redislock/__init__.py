@@ -22,6 +22,7 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
     LockUpgradeError,
+    RunLimited,
 )
 from .guards.decorators import single_instance
 from .primitives.lock import Lock
@@ -42,6 +43,7 @@ __all__ = [
     "LockNotOwned",
     "LockUpgradeError",
     "ReadWriteLock",
+    "RunLimited",
     "Semaphore",
     "locks",
     "single_instance",

@@ -26,6 +26,22 @@ class LockNotAcquired(LockError):
     """The lock is held by someone else and could not be acquired in time."""
 
 
+class RunLimited(LockNotAcquired):
+    """A guarded call was not started because its key's rate limit is reached
+    (``reason == "rate"``) or its cooldown runs (``reason == "cooldown"``).
+
+    ``retry_after`` is the number of seconds (by Redis's clock, at the refusal) until
+    a start could be admitted.
+    """
+
+    def __init__(
+        self, message: str, *, name: str | None = None, reason: str, retry_after: float
+    ) -> None:
+        super().__init__(message, name=name)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
 class LockNotOwned(LockError):
     """A release, extend or renewal was attempted by an owner that does not hold the lock.
 

@@ -37,6 +37,7 @@ from ..primitives.transactions import release_after_transactions
 from ..settings_spec import validate_view_redis_error
 from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after, task_hooks
 from .keys_template import ARGS, KeySpec
+from .shaping import Shaping, aadmit_held, admit_held, afinish, finish, limited
 
 if TYPE_CHECKING:
     from ..primitives.lock import Lock
@@ -58,6 +59,9 @@ def single_instance(
     manager: LockManager | None = None,
     limit: int | None = None,
     on_redis_error: Any = DEFAULT,
+    rate: str | tuple[int, float] | None = None,
+    cooldown: float | None = None,
+    on_limited: Any = None,
 ) -> Callable[[F], F]:
     """Let only one call of the decorated function run at a time, per lock key
     (or at most *limit* calls).
@@ -97,10 +101,24 @@ def single_instance(
         response (may be async). Default: ``REDISLOCK_VIEW_ON_REDIS_ERROR``
         (``"closed"``). Plain functions and Celery tasks raise
         ``LockBackendError`` whatever this says.
+    :param rate: at most this many starts per sliding window per lock key, by
+        Redis's clock: ``"10/m"`` (per ``s``, ``m``, ``h``, ``d``, or ``"3/30s"``)
+        or ``(count, seconds)``. See :mod:`django_redislock.guards.shaping`.
+    :param cooldown: seconds the key stays taken after each run ends: at most one
+        start per *cooldown* seconds, runs never overlap. Not with ``limit``.
+    :param on_limited: what a start refused by ``rate`` or ``cooldown`` does.
+        Functions: raise :class:`~django_redislock.RunLimited` (default),
+        ``"skip"`` (return None), a callable ``(refusal, *args, **kwargs)``, or any
+        other value to return. Views: ``429 Too Many Requests`` with
+        ``Retry-After`` (default), an ``HttpResponse``, a callable ``(request,
+        refusal)`` or ``"raise"``. Celery tasks: ``"defer"`` (default: the message
+        comes back when a start can be admitted), ``"retry"``, ``"skip"``,
+        ``"raise"`` or a callable ``(refusal, *args, **kwargs)``.
 
     Raises ValueError at decoration time when a template names an argument the
-    function does not have, and TypeError when stacked above a Celery task
-    decorator or applied to a class.
+    function does not have, or options do not combine (``cooldown`` with
+    ``limit``, ``on_limited`` without ``rate`` or ``cooldown``), and TypeError when
+    stacked above a Celery task decorator or applied to a class.
     """
     if lock_on_retry not in ("keep", "release"):
         raise ValueError(f"lock_on_retry must be 'keep' or 'release', not {lock_on_retry!r}")
@@ -108,6 +126,7 @@ def single_instance(
         validate_limit(limit)
     if not (on_redis_error is DEFAULT or callable(on_redis_error)):
         validate_view_redis_error(on_redis_error, "on_redis_error")
+    shaping = Shaping.build(rate, cooldown, on_limited, limit=limit)
 
     def decorate(func: F) -> F:
         _check_decoratable(func)
@@ -121,6 +140,7 @@ def single_instance(
             manager=manager,
             limit=limit,
             on_redis_error=on_redis_error,
+            shaping=shaping,
         )
         if inspect.iscoroutinefunction(func):
             wrapper = _async_wrapper(func, config)
@@ -171,6 +191,7 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
         try:
             acquired = config.acquire(lock, wait=config.on_locked == "wait")
             info = None if acquired else config.lock_manager().get(name)
+            refusal = admit_held(config, lock) if acquired else None
         except LockBackendError as error:
             if request is None:
                 raise
@@ -181,12 +202,15 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
                 history = _recent_holds(config, name, info)
                 return _view_locked(config, name, info, request, history)
             return _function_locked(config, name, info, args, kwargs)
-        return _run_held(lock, func, args, kwargs, request)
+        if refusal is not None:  # the rate or the cooldown: the hold is given back
+            return limited(config, refusal, request, args, kwargs)
+        return _run_held(config, lock, func, args, kwargs, request)
 
     return wrapper
 
 
 def _run_held(
+    config: GuardConfig,
     lock: Lock,
     func: Callable[..., Any],
     args: tuple[Any, ...],
@@ -199,8 +223,10 @@ def _run_held(
         with guarding(lock.name, lock.owner):
             result = func(*args, **kwargs)
     except BaseException:
+        finish(config, lock)  # the cooldown starts before the lock is free
         _release(lock, sys.exc_info(), request)
         raise
+    finish(config, lock)
     _release(lock, (None, None, None), request)
     return result
 
@@ -258,6 +284,7 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
         try:
             acquired = await config.aacquire(lock, wait=config.on_locked == "wait")
             info = None if acquired else await config.lock_manager().aget(name)
+            refusal = await aadmit_held(config, lock) if acquired else None
         except LockBackendError as error:
             if request is None:
                 raise
@@ -274,12 +301,17 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
             if inspect.isawaitable(response):
                 response = await response
             return response
+        if refusal is not None:  # the rate or the cooldown: the hold is given back
+            response = limited(config, refusal, request, args, kwargs)
+            return (await response) if inspect.isawaitable(response) else response
         try:
             with guarding(lock.name, lock.owner):
                 result = await func(*args, **kwargs)
         except BaseException:
+            await afinish(config, lock)  # the cooldown starts before the lock is free
             await _arelease(lock, sys.exc_info(), request)
             raise
+        await afinish(config, lock)
         await _arelease(lock, (None, None, None), request)
         return result
 

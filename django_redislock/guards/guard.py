@@ -36,6 +36,7 @@ logger = logging.getLogger("django_redislock.celery")
 if TYPE_CHECKING:
     from ..primitives.lock import Lock
     from ..primitives.manager import LockManager
+    from .shaping import Shaping
 
 __all__ = [
     "DEFAULT",
@@ -83,6 +84,8 @@ class GuardConfig:
     #: (503), ``"open"`` (run unguarded), a callable ``(request, error)``, or
     #: :data:`DEFAULT` (``REDISLOCK_VIEW_ON_REDIS_ERROR``).
     on_redis_error: Any = DEFAULT
+    #: Rate limit and cooldown per key (:mod:`django_redislock.guards.shaping`); None: neither.
+    shaping: Shaping | None = None
 
     def lock_manager(self) -> LockManager:
         """The manager to make locks with (default: ``django_redislock.locks``)."""

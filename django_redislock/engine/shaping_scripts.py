@@ -1,0 +1,99 @@
+"""The Lua scripts that shape runs of a guarded key: a per-key rate limit and a cooldown
+(text only: :mod:`django_redislock.guards.shaping` builds the calls).
+
+Both keys carry the lock name's hash tag (``<prefix>:rate:{<name>}``,
+``<prefix>:cooldown:{<name>}``), so on Redis Cluster they live in the lock's slot
+and one script touches one slot. Every time is Redis's clock (``TIME``): no
+client clock decides whether a start is admitted.
+
+* ``KEYS[1]``, the **rate** key, is a sorted set: one member per admitted start
+  (the start's nonce), scored with its time in ms. It is a sliding log: a start
+  at ``now`` is admitted when fewer than ``limit`` starts scored in
+  ``(now - window, now]``, so *no* window of that length ever holds more than
+  ``limit`` starts (a fixed window would allow twice the limit across a
+  boundary). The set expires one window after its last start.
+* ``KEYS[2]``, the **cooldown** key, is a string: the Redis time (ms) the
+  cooldown ends, expiring then.
+"""
+
+from __future__ import annotations
+
+from .scripts import _CLOCK, Script
+
+# KEYS[1]: rate set, KEYS[2]: cooldown key.
+# ARGV[1]: limit (0: no rate limit), ARGV[2]: window (ms), ARGV[3]: this start's nonce.
+# Returns {1, count} when the start is admitted (count: starts in the window, this
+# one included; a repeated call with the same nonce is admitted again, uncounted),
+# or {0, reason, wait_ms, count}: reason 'cooldown' or 'rate', wait_ms until a start
+# could be admitted.
+_ADMIT = (
+    r"""
+local R, C = KEYS[1], KEYS[2]
+local limit, window, nonce = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+"""
+    + _CLOCK
+    + r"""
+if limit > 0 and redis.call('ZSCORE', R, nonce) then
+  return {1, redis.call('ZCARD', R)}
+end
+local left = redis.call('PTTL', C)
+if left > 0 then
+  return {0, 'cooldown', left, 0}
+end
+if limit == 0 then
+  return {1, 0}
+end
+local now = now_ms()
+redis.call('ZREMRANGEBYSCORE', R, '-inf', num(now - window))
+local count = redis.call('ZCARD', R)
+if count >= limit then
+  local oldest = redis.call('ZRANGE', R, 0, 0, 'WITHSCORES')
+  local wait = tonumber(oldest[2]) + window - now
+  if wait < 1 then wait = 1 end
+  return {0, 'rate', wait, count}
+end
+redis.call('ZADD', R, num(now), nonce)
+redis.call('PEXPIRE', R, window)
+return {1, count + 1}
+"""
+)
+ADMIT = Script("SHAPE_ADMIT", _ADMIT)
+
+# KEYS[1]: cooldown key.  ARGV[1]: the cooldown (ms).  Starts the cooldown now (a
+# run ended); sent before the lock is released, so whoever acquires the lock next
+# finds it. Returns the Redis time (ms) it ends.
+_COOL = (
+    r"""
+local C = KEYS[1]
+"""
+    + _CLOCK
+    + r"""
+local ends = now_ms() + tonumber(ARGV[1])
+redis.call('SET', C, num(ends), 'PX', ARGV[1])
+return ends
+"""
+)
+COOL = Script("SHAPE_COOL", _COOL)
+
+# KEYS[1]: rate set, KEYS[2]: cooldown key.  ARGV[1]: window (ms).
+# Returns {starts in the window now, ms left of the cooldown (0: none), ms until
+# the oldest start leaves the window (0: empty)}: what the admin shows.
+_STATE = (
+    r"""
+local R, C = KEYS[1], KEYS[2]
+local window = tonumber(ARGV[1])
+"""
+    + _CLOCK
+    + r"""
+local now = now_ms()
+local after = '(' .. num(now - window)
+local count = redis.call('ZCOUNT', R, after, '+inf')
+local oldest = redis.call('ZRANGEBYSCORE', R, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local frees = 0
+if oldest[2] then frees = tonumber(oldest[2]) + window - now end
+local left = redis.call('PTTL', C)
+if left < 0 then left = 0 end
+return {count, left, frees}
+"""
+)
+STATE = Script("SHAPE_STATE", _STATE)

@@ -1,0 +1,440 @@
+"""Shaping the runs of a guarded key: a per-key rate limit and a cooldown.
+
+``@single_instance(key, rate="10/m")`` admits at most 10 starts per sliding minute
+per key; ``cooldown=60`` keeps the key taken for 60 s after each run ends. Both
+are decided **after** the guard's lock is acquired, in one script
+(:data:`~django_redislock.engine.shaping_scripts.ADMIT`), and a run that ends
+starts its cooldown **before** it releases the lock
+(:data:`~django_redislock.engine.shaping_scripts.COOL`): whoever takes the lock
+next, even a waiter it is handed to, finds the cooldown. A refused start releases
+the lock at once and applies ``on_limited``.
+
+This module holds the one implementation of each decision, shared by plain
+functions (sync and async), views and Celery tasks:
+
+* :class:`Shaping` (the validated options) and :func:`parse_rate`;
+* :func:`admit` / :func:`aadmit`: may this start run (a :class:`Refusal` if not);
+* :func:`finish` / :func:`afinish`: a run ended: start the cooldown;
+* :func:`function_limited` and :func:`view_limited`: what a refused call of a
+  function or a view returns (tasks: :mod:`django_redislock.celery.shaping`);
+* :func:`shaping_state`: the window's count and the cooldown's end (read-only).
+
+Not on Redlock: the counters would live on every master and a majority could not
+bound the starts; the first call on a Redlock backend raises
+:class:`ShapingUnsupported`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.http import HttpResponse
+
+from ..engine.calls import Call
+from ..engine.driver import call_async, call_sync
+from ..engine.identity import new_nonce
+from ..engine.shaping_scripts import ADMIT, COOL, STATE
+from ..exceptions import LockBackendError, LockError, RunLimited
+
+if TYPE_CHECKING:
+    from ..engine.backends.base import AsyncBackend, Backend
+    from ..primitives.lock import Lock
+    from .guard import GuardConfig
+
+logger = logging.getLogger("django_redislock")
+
+__all__ = [
+    "FUNCTION_LIMITED_MODES",
+    "TASK_LIMITED_MODES",
+    "Refusal",
+    "Shaping",
+    "ShapingState",
+    "ShapingUnsupported",
+    "aadmit",
+    "aadmit_held",
+    "admit",
+    "admit_held",
+    "afinish",
+    "finish",
+    "function_limited",
+    "limited",
+    "parse_rate",
+    "shaping_state",
+    "view_limited",
+]
+
+#: The most starts a rate may allow per window: the sliding log keeps one member per start.
+MAX_RATE = 10_000
+
+#: ``on_limited`` modes of a Celery task (a callable is also accepted).
+TASK_LIMITED_MODES = ("defer", "retry", "skip", "raise")
+#: ``on_limited`` modes with a meaning for a plain function (or any value to return).
+FUNCTION_LIMITED_MODES = ("raise", "skip")
+
+_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0, "d": 86400.0}
+_UNITS["day"] = 86400.0
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$")
+
+
+class ShapingUnsupported(TypeError):
+    """``rate=`` or ``cooldown=`` used where they cannot be kept (on Redlock)."""
+
+
+def parse_rate(rate: object) -> tuple[int, float]:
+    """``"10/m"`` (or ``"3/10s"``, ``"100/h"``, ``"5/30sec"``, or a tuple
+    ``(count, seconds)``) as (starts, window in seconds); ValueError/TypeError
+    saying why when it is not one."""
+    if isinstance(rate, tuple) and len(rate) == 2:
+        count, window = rate
+    elif isinstance(rate, str):
+        match = _RATE.match(rate.lower())
+        if match is None or match.group(3) not in _UNITS:
+            raise ValueError(
+                f"rate must look like '10/m' (N per s, m, h or d, or per '30s'), not {rate!r}"
+            )
+        count = int(match.group(1))
+        window = float(match.group(2) or 1) * _UNITS[match.group(3)]
+    else:
+        raise TypeError(
+            f"rate must be a string like '10/m' or a tuple (count, seconds), not {rate!r}"
+        )
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RATE:
+        raise ValueError(f"a rate's count must be an integer from 1 to {MAX_RATE}, not {count!r}")
+    if (
+        isinstance(window, bool)
+        or not isinstance(window, (int, float))
+        or not math.isfinite(window)
+        or not 0.01 <= window <= 86400 * 7
+    ):
+        raise ValueError(f"a rate's window must be from 0.01 s to 7 days, not {window!r}")
+    return count, float(window)
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """The validated shaping options of one guard."""
+
+    #: At most this many starts per :attr:`window` per key; 0: no rate limit.
+    rate_count: int = 0
+    #: The rate's sliding window, in seconds.
+    window: float = 0.0
+    #: Seconds the key stays taken after a run ends; 0: none.
+    cooldown: float = 0.0
+    #: What a start refused by the rate or the cooldown does (see ``single_instance``).
+    on_limited: Any = None
+
+    @classmethod
+    def build(
+        cls,
+        rate: object,
+        cooldown: object,
+        on_limited: Any,
+        *,
+        limit: int | None,
+        where: str = "@single_instance",
+        names: tuple[str, str, str, str] = ("rate", "cooldown", "on_limited", "limit"),
+    ) -> Shaping | None:
+        """The options, or None when neither *rate* nor *cooldown* is given. Raises
+        ValueError/TypeError, saying why, for a value or a combination that makes no
+        sense (``on_limited`` alone; ``cooldown`` with a concurrency ``limit``)."""
+        rate_name, cooldown_name, on_limited_name, limit_name = names
+        if rate is None and cooldown is None:
+            if on_limited is not None:
+                raise ValueError(
+                    f"{where}: {on_limited_name} says what a start refused by {rate_name} or "
+                    f"{cooldown_name} does; give one of them, or drop {on_limited_name}"
+                )
+            return None
+        count, window = (0, 0.0) if rate is None else parse_rate(rate)
+        seconds = 0.0
+        if cooldown is not None:
+            if isinstance(cooldown, bool) or not isinstance(cooldown, (int, float)):
+                raise TypeError(f"{cooldown_name} must be a number of seconds, not {cooldown!r}")
+            if not (math.isfinite(cooldown) and 0.001 <= cooldown <= 86400 * 7):
+                raise ValueError(
+                    f"{cooldown_name} must be from 0.001 s to 7 days, not {cooldown!r}"
+                )
+            seconds = float(cooldown)
+            if limit is not None:
+                raise ValueError(
+                    f"{where}: {cooldown_name} keeps the key taken after a run so that runs "
+                    f"never overlap, and {limit_name} lets several run at once; drop one"
+                )
+        if isinstance(on_limited, str) and on_limited not in TASK_LIMITED_MODES:
+            raise ValueError(
+                f"{on_limited_name} must be one of {TASK_LIMITED_MODES}, a callable, or "
+                f"(functions, views) a value to return, not the string {on_limited!r}"
+            )
+        return cls(rate_count=count, window=window, cooldown=seconds, on_limited=on_limited)
+
+    @property
+    def window_ms(self) -> int:
+        """The window in whole milliseconds (the scripts' unit)."""
+        return max(1, round(self.window * 1000))
+
+    @property
+    def cooldown_ms(self) -> int:
+        """The cooldown in whole milliseconds."""
+        return max(1, round(self.cooldown * 1000))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a start was not admitted, and when one could be."""
+
+    #: ``"rate"`` (the window is full) or ``"cooldown"`` (a run ended too recently).
+    reason: str
+    #: Seconds until a start could be admitted (by Redis's clock, at the refusal).
+    retry_after: float
+    #: Starts in the window at the refusal (0 for a cooldown).
+    count: int
+    #: The lock name.
+    name: str
+
+    @property
+    def retry_after_whole(self) -> int:
+        """:attr:`retry_after` rounded up to whole seconds, at least 1 (``Retry-After``)."""
+        return max(1, math.ceil(self.retry_after))
+
+    def describe(self, shaping: Shaping) -> str:
+        """The refusal in words, for exceptions and logs."""
+        if self.reason == "cooldown":
+            return (
+                f"key {self.name!r} is cooling down ({shaping.cooldown:g} s after its last "
+                f"run) for {self.retry_after:.1f} s more"
+            )
+        return (
+            f"key {self.name!r} already started {self.count} times in the last "
+            f"{shaping.window:g} s (rate {shaping.rate_count}/{shaping.window:g}s); "
+            f"the next start is admitted in {self.retry_after:.1f} s"
+        )
+
+    def error(self, shaping: Shaping) -> RunLimited:
+        """The :class:`~django_redislock.RunLimited` raised for this refusal."""
+        return RunLimited(
+            self.describe(shaping),
+            name=self.name,
+            reason=self.reason,
+            retry_after=self.retry_after,
+        )
+
+
+def _keys(backend: Backend | AsyncBackend, name: str) -> tuple[str, str]:
+    if backend.features.quorum:
+        raise ShapingUnsupported(
+            f"rate= and cooldown= (lock {name!r}) need one Redis (or Cluster) to count starts "
+            "with one clock; on Redlock each master would count its own, and a majority "
+            "cannot bound the starts. Use a manager on one Redis for this guard."
+        )
+    keyspace = backend.keyspace
+    tag = keyspace.keys(name).lock[len(keyspace.prefix) + 1 :]  # "{<name>}", escaped
+    return f"{keyspace.prefix}:rate:{tag}", f"{keyspace.prefix}:cooldown:{tag}"
+
+
+def _admit_call(backend: Backend | AsyncBackend, shaping: Shaping, name: str) -> Call:
+    return Call(
+        ADMIT,
+        _keys(backend, name),
+        (shaping.rate_count, shaping.window_ms, new_nonce()),
+        "admit a start (rate limit, cooldown)",
+        name,
+    )
+
+
+def _refusal(reply: Any, name: str) -> Refusal | None:
+    if int(reply[0]) == 1:
+        return None
+    reason = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+    return Refusal(reason, int(reply[2]) / 1000, int(reply[3]), name)
+
+
+def admit(config: GuardConfig, lock: Lock) -> Refusal | None:
+    """Whether the run whose lock *lock* was just acquired may start: None (admitted,
+    counted in the rate window) or the :class:`Refusal`. Raises LockBackendError."""
+    shaping = config.shaping
+    if shaping is None:
+        return None
+    backend = config.lock_manager().backend()
+    return _refusal(call_sync(_admit_call(backend, shaping, lock.name), backend), lock.name)
+
+
+async def aadmit(config: GuardConfig, lock: Lock) -> Refusal | None:
+    """:func:`admit` for asyncio."""
+    shaping = config.shaping
+    if shaping is None:
+        return None
+    backend = config.lock_manager().source.abackend()
+    reply = await call_async(_admit_call(backend, shaping, lock.name), backend)
+    return _refusal(reply, lock.name)
+
+
+def _cool_call(backend: Backend | AsyncBackend, shaping: Shaping, name: str) -> Call:
+    return Call(COOL, _keys(backend, name)[1:], (shaping.cooldown_ms,), "start the cooldown", name)
+
+
+def _cool_failed(name: str) -> None:
+    logger.error(
+        "redislock: could not start the cooldown of %r after its run; the next run may "
+        "start before it ends",
+        name,
+        exc_info=True,
+    )
+
+
+def finish(config: GuardConfig, lock: Lock) -> None:
+    """A run of *lock*'s key ended: start its cooldown (call before the release). A
+    Redis error is logged, not raised: the run has happened."""
+    shaping = config.shaping
+    if shaping is None or not shaping.cooldown:
+        return
+    backend = config.lock_manager().backend()
+    try:
+        call_sync(_cool_call(backend, shaping, lock.name), backend)
+    except LockBackendError:
+        _cool_failed(lock.name)
+
+
+async def afinish(config: GuardConfig, lock: Lock) -> None:
+    """:func:`finish` for asyncio."""
+    shaping = config.shaping
+    if shaping is None or not shaping.cooldown:
+        return
+    backend = config.lock_manager().source.abackend()
+    try:
+        await call_async(_cool_call(backend, shaping, lock.name), backend)
+    except LockBackendError:
+        _cool_failed(lock.name)
+
+
+def function_limited(
+    config: GuardConfig, refusal: Refusal, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """What a refused call of a plain function returns (or raises): ``on_limited``
+    ``"raise"`` (default: :class:`~django_redislock.RunLimited`), ``"skip"`` (None),
+    a callable ``(refusal, *args, **kwargs)`` (its result), or any other value."""
+    shaping = config.shaping
+    assert shaping is not None
+    mode = shaping.on_limited
+    if mode is None or mode == "raise":
+        raise refusal.error(shaping)
+    if isinstance(mode, str) and mode in ("defer", "retry"):
+        raise TypeError(f"on_limited={mode!r} only works on Celery tasks")
+    logger.info("redislock: call of %s skipped: %s", config.spec.base, refusal.describe(shaping))
+    if mode == "skip":
+        return None
+    if callable(mode):
+        return mode(refusal, *args, **kwargs)
+    return mode
+
+
+def view_limited(config: GuardConfig, refusal: Refusal, request: Any) -> Any:
+    """What a refused request gets: ``429 Too Many Requests`` with ``Retry-After``
+    (default), an ``HttpResponse`` given as ``on_limited``, a callable
+    ``(request, refusal)``'s result, or ``"raise"`` (:class:`~django_redislock.RunLimited`)."""
+    shaping = config.shaping
+    assert shaping is not None
+    mode = shaping.on_limited
+    logger.info(
+        "redislock: request %s %s refused: %s",
+        request.method,
+        request.path,
+        refusal.describe(shaping),
+    )
+    if mode == "raise":
+        raise refusal.error(shaping)
+    if isinstance(mode, HttpResponse):
+        return mode
+    if callable(mode):
+        return mode(request, refusal)
+    if mode is not None:
+        raise TypeError(
+            f"on_limited={mode!r} has no meaning for a view: give an HttpResponse, "
+            "a callable (request, refusal) or 'raise'"
+        )
+    seconds = refusal.retry_after_whole
+    response = HttpResponse(
+        f"Too many runs of this action; try again in {seconds} s.\n",
+        status=429,
+        content_type="text/plain; charset=utf-8",
+    )
+    response["Retry-After"] = str(seconds)
+    return response
+
+
+@dataclass(frozen=True)
+class ShapingState:
+    """A key's shaping as Redis has it now (for the admin, tests and operators)."""
+
+    #: Starts in the rate window now.
+    count: int
+    #: Seconds left of the cooldown (0: none).
+    cooldown_left: float
+    #: Seconds until the oldest start leaves the window (0: the window is empty).
+    window_frees_in: float
+
+
+def shaping_state(config: GuardConfig, name: str) -> ShapingState:
+    """The rate window's count and the cooldown left of *name* under *config*'s shaping."""
+    shaping = config.shaping or Shaping()
+    backend = config.lock_manager().backend()
+    call = Call(STATE, _keys(backend, name), (shaping.window_ms,), "read the shaping", name)
+    count, left, frees = call_sync(call, backend)
+    return ShapingState(int(count), int(left) / 1000, int(frees) / 1000)
+
+
+def _give_back(lock: Lock) -> None:
+    # The start was refused (or could not be decided): the call's own hold goes back.
+    from .guard import release_task_hold
+
+    release_task_hold(lock, every_hold=False)
+
+
+def admit_held(config: GuardConfig, lock: Lock) -> Refusal | None:
+    """:func:`admit` for a function's or a view's call holding *lock*; a refused start
+    (or one Redis could not decide) gives its hold back before returning (raising)."""
+    try:
+        refusal = admit(config, lock)
+    except BaseException:
+        _give_back(lock)
+        raise
+    if refusal is not None:
+        _give_back(lock)
+    return refusal
+
+
+async def aadmit_held(config: GuardConfig, lock: Lock) -> Refusal | None:
+    """:func:`admit_held` for asyncio."""
+    try:
+        refusal = await aadmit(config, lock)
+    except BaseException:
+        await _agive_back(lock)
+        raise
+    if refusal is not None:
+        await _agive_back(lock)
+    return refusal
+
+
+async def _agive_back(lock: Lock) -> None:
+    try:
+        await lock.arelease()
+    except LockError:
+        lock._forget(lock.owner)
+        logger.error("redislock: could not give back lock %r", lock.name, exc_info=True)
+
+
+def limited(
+    config: GuardConfig,
+    refusal: Refusal,
+    request: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """What a refused call returns: :func:`view_limited` for a view (*request*),
+    :func:`function_limited` otherwise."""
+    if request is not None:
+        return view_limited(config, refusal, request)
+    return function_limited(config, refusal, args, kwargs)
