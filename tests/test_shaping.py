@@ -25,6 +25,7 @@ from django.urls import path
 
 from django_redislock import LockManager, LockNotAcquired, RunLimited, single_instance
 from django_redislock.guards.shaping import ShapingUnsupported, parse_rate, shaping_state
+from django_redislock.signals import lock_released
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.urls(__name__)
@@ -159,9 +160,12 @@ def test_cooldown_starts_when_the_run_ends_even_when_it_raises(name: str) -> Non
 
 def test_a_waiter_handed_the_lock_at_the_release_still_sees_the_cooldown(name: str) -> None:
     """The race: B waits for the lock A holds; A's release hands it to B at once. The
-    cooldown is set before that release, so B's start is refused."""
+    cooldown is set before that release, so B's start is refused. To widen the race
+    window, A's thread is held right after its release (``lock_released``) until B
+    has decided: a cooldown sent only after the release would come too late."""
     inside = threading.Event()
     leave = threading.Event()
+    b_decided = threading.Event()
     outcomes: list[str] = []
 
     @single_instance(name, cooldown=5, timeout=10)
@@ -170,6 +174,12 @@ def test_a_waiter_handed_the_lock_at_the_release_still_sees_the_cooldown(name: s
         if who == "A":
             inside.set()
             assert leave.wait(10)
+        else:
+            b_decided.set()
+
+    def hold_a_after_its_release(sender: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is a and kwargs.get("hold_count") == 0:
+            b_decided.wait(3)  # bounded: B refused never sets it
 
     a = threading.Thread(target=work, args=("A",))
     a.start()
@@ -180,6 +190,7 @@ def test_a_waiter_handed_the_lock_at_the_release_still_sees_the_cooldown(name: s
             work("B")
         except RunLimited as refused:
             outcomes.append(f"B refused {refused.reason}")
+        b_decided.set()
 
     waiter = threading.Thread(target=b)
     waiter.start()
@@ -188,9 +199,13 @@ def test_a_waiter_handed_the_lock_at_the_release_still_sees_the_cooldown(name: s
     while not (info := config.lock_manager().get(name)) or not info.waiters:
         assert time.monotonic() < deadline, "B never queued"
         time.sleep(0.01)
-    leave.set()
-    a.join(10)
-    waiter.join(10)
+    lock_released.connect(hold_a_after_its_release)
+    try:
+        leave.set()
+        a.join(10)
+        waiter.join(10)
+    finally:
+        lock_released.disconnect(hold_a_after_its_release)
     assert outcomes == ["A ran", "B refused cooldown"]
 
 
