@@ -276,6 +276,7 @@ class Worker:
         name: str = "w1",
         queues: str = "celery",
         env: dict[str, str] | None = None,
+        app_module: str = "tests.celery_app",
     ) -> None:
         self.pool = pool
         #: The workers consuming the same queue, whose logs tell what happened to a
@@ -289,7 +290,7 @@ class Worker:
                 "-m",
                 "celery",
                 "-A",
-                "tests.celery_app",
+                app_module,  # another test module may add tasks to this app
                 "worker",
                 f"--pool={pool}",
                 f"--concurrency={concurrency}",

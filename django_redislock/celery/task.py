@@ -56,6 +56,7 @@ from ..guards.guard import (
     release_task_hold,
 )
 from ..guards.keys_template import KeySpec
+from ..guards.shaping import TASK_LIMITED_MODES, Shaping, finish
 from ..primitives.lock import Lock
 from ..primitives.semaphore import validate_limit
 from .autoretry import autoretry_delay
@@ -69,6 +70,7 @@ from .redelivery import (
     record_completion,
     take_over,
 )
+from .shaping import ADMITTED, settle_start
 
 logger = logging.getLogger("django_redislock.celery")
 
@@ -198,6 +200,10 @@ def run_guarded(
         if done:
             release_task_hold(lock)
             drop(task, name)
+    if running is None and config.shaping is not None:  # a rate limit or a cooldown
+        started = settle_start(task, lock, config, call_args, kwargs, _keep_for_retry)
+        if started is not ADMITTED:
+            return started
     run_key = (name, lock.owner)
     # The outermost run of this owner ends the task: it frees every hold (its own
     # and the enqueue-time one) at once. A nested direct call gives back its own.
@@ -217,20 +223,20 @@ def run_guarded(
         if delay is None:
             if late:
                 record_completion(config.lock_manager(), task_id)
-            _release_at_end(lock, task, outermost)
+            _release_at_end(lock, task, outermost, config)
         elif config.lock_on_retry == "keep" and config.limit is None:
             _keep_for_retry(lock, delay, task.request.id)
         else:
             release_task_hold(lock, every_hold=outermost)
         raise
     except BaseException:  # the execution was stopped: its message may come again
-        _release_at_end(lock, task, outermost)
+        _release_at_end(lock, task, outermost, config)
         raise
     finally:
         _leave(run_key)
     if late:
         record_completion(config.lock_manager(), task_id)
-    _release_at_end(lock, task, outermost)
+    _release_at_end(lock, task, outermost, config)
     return result
 
 
@@ -266,7 +272,9 @@ def _acquire_execution(
     return False
 
 
-def _release_at_end(lock: Lock, task: Task, outermost: bool) -> None:
+def _release_at_end(lock: Lock, task: Task, outermost: bool, config: GuardConfig) -> None:
+    if outermost:
+        finish(config, lock)  # the cooldown starts before the lock is free
     if release_task_hold(lock, every_hold=outermost) is False:
         logger.warning(
             "redislock: task %s[%s] lost its lock %r before it finished "
@@ -393,7 +401,14 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
     * ``on_duplicate``: with ``unique_on_enqueue``, ``"return"`` the holder's
       AsyncResult (default) or ``"raise"`` :class:`DuplicateTaskError`;
     * ``lock_on_retry``: ``"keep"`` (default) or ``"release"`` on ``self.retry()``;
-    * ``lock_manager``: a LockManager (default ``django_redislock.locks``).
+    * ``lock_manager``: a LockManager (default ``django_redislock.locks``);
+    * ``lock_rate``: at most this many starts per sliding window per key
+      (``"10/m"``, see ``single_instance(rate=...)``);
+    * ``lock_cooldown``: seconds the key stays taken after each run ends
+      (not with ``lock_limit``);
+    * ``on_limited``: what an execution refused by ``lock_rate`` or
+      ``lock_cooldown`` does: ``"defer"`` (default), ``"retry"``, ``"skip"``,
+      ``"raise"`` or a callable (see :mod:`django_redislock.celery.shaping`).
     """
 
     lock_key: Any = None
@@ -406,6 +421,9 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
     on_duplicate: str = "return"
     lock_on_retry: str = "keep"
     lock_manager: Any = None
+    lock_rate: Any = None
+    lock_cooldown: float | None = None
+    on_limited: Any = None
 
     _redislock_config: GuardConfig | None = None
 
@@ -443,6 +461,20 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
                 )
         if not (cls.on_locked in TASK_MODES or callable(cls.on_locked)):
             raise ValueError(f"on_locked must be one of {TASK_MODES} or a callable")
+        if not (
+            cls.on_limited is None
+            or cls.on_limited in TASK_LIMITED_MODES
+            or callable(cls.on_limited)
+        ):
+            raise ValueError(f"on_limited must be one of {TASK_LIMITED_MODES} or a callable")
+        shaping = Shaping.build(
+            cls.lock_rate,
+            cls.lock_cooldown,
+            cls.on_limited,
+            limit=cls.lock_limit,
+            where=cls.__qualname__,
+            names=("lock_rate", "lock_cooldown", "on_limited", "lock_limit"),
+        )
         bound = not isinstance(run, staticmethod)
         func = run.__func__ if isinstance(run, staticmethod) else run
         name = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
@@ -455,6 +487,7 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
             lock_on_retry=cls.lock_on_retry,
             manager=cls.lock_manager,
             limit=cls.lock_limit,
+            shaping=shaping,
         )
 
     def _lock_config(self) -> GuardConfig:

@@ -1,0 +1,133 @@
+"""A Celery execution refused by its key's rate limit or cooldown (see
+:mod:`django_redislock.guards.shaping`, which decides).
+
+The decision is made in the worker, for every execution, once the execution holds
+its lock (so tasks sent by name, beat and ``send_task`` are shaped too). What a
+refused execution does is ``on_limited``:
+
+* ``"defer"`` (default): the message is sent again with a ``countdown`` of the
+  refusal's ``retry_after`` (same task id, arguments and options, the retry
+  count unchanged: a deferral is no retry), and this copy ends with ``Ignore``
+  (no result stored). **Nothing is lost**: every message that reaches a worker
+  runs once a start is admitted. The new message is published *before* this
+  execution ends (and its message is acknowledged); with ``acks_late`` a worker
+  killed between the two leaves both, and the run-time guard and the rate still
+  hold for them.
+  Deferred calls queue up: a key that is called faster than its rate admits
+  builds a backlog; use ``"skip"`` to drop them instead;
+* ``"retry"``: ``self.retry(countdown=retry_after)`` (counts against
+  ``max_retries``: after the last one the task fails with ``RunLimited``);
+* ``"skip"``: the task succeeds without running its body, with the result
+  ``{"redislock": "skipped", "reason": "rate limit" | "cooldown", ...}``
+  (:func:`~django_redislock.celery.is_skipped` is true for it);
+* ``"raise"``: the task fails with :class:`~django_redislock.RunLimited`;
+* a callable ``(refusal, *args, **kwargs)``: its value is the task's result.
+
+A refused execution gives its hold back at once, except with
+``unique_on_enqueue`` when it comes back (``"defer"``, ``"retry"``): the hold is
+then kept for it, under its task id, as for a retry, so the key stays "one
+pending". Eagerly run tasks (``apply()``, ``task_always_eager``) cannot be sent
+again: ``"defer"`` and ``"retry"`` raise ``RunLimited`` there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Ignore
+
+from ..conf import setting
+from ..guards.guard import release_task_hold
+from ..guards.shaping import TASK_LIMITED_MODES, Refusal, admit
+from ..primitives.lock import Lock
+
+logger = logging.getLogger("django_redislock.celery")
+
+__all__ = ["ADMITTED", "settle_start"]
+
+#: :func:`settle_start`'s answer when the execution may run its body.
+ADMITTED: Any = object()
+
+_REASONS = {"rate": "rate limit", "cooldown": "cooldown"}
+
+
+def settle_start(
+    task: Task,
+    lock: Lock,
+    config: Any,
+    call_args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    keep: Callable[[Lock, float, str | None], None],
+) -> Any:
+    """Admit the execution of *task* holding *lock*, or settle its refusal.
+
+    Returns :data:`ADMITTED`, or the refused execution's result (``"skip"``, a
+    callable's value); raises for ``"defer"`` (Ignore), ``"retry"`` (Retry) and
+    ``"raise"`` (RunLimited). *keep* parks the hold for an execution that comes back
+    (``unique_on_enqueue``); otherwise the hold is released.
+    """
+    try:
+        refusal = admit(config, lock)
+    except BaseException:
+        release_task_hold(lock)
+        raise
+    if refusal is None:
+        return ADMITTED
+    shaping = config.shaping
+    mode = shaping.on_limited if shaping.on_limited is not None else "defer"
+    comes_back = mode in ("defer", "retry") and not task.request.is_eager
+    if comes_back and getattr(task, "unique_on_enqueue", False):
+        keep(lock, refusal.retry_after, task.request.id)
+    else:
+        release_task_hold(lock)
+    logger.log(
+        setting("REDISLOCK_TASK_SKIP_LOG_LEVEL"),
+        "redislock: task %s[%s] not started: %s (on_limited=%s)",
+        task.name,
+        task.request.id,
+        refusal.describe(shaping),
+        getattr(mode, "__name__", mode),
+    )
+    return _refused(task, config, mode, refusal, call_args, kwargs, comes_back)
+
+
+def _refused(
+    task: Task,
+    config: Any,
+    mode: Any,
+    refusal: Refusal,
+    call_args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    comes_back: bool,
+) -> Any:
+    error = refusal.error(config.shaping)
+    if mode == "skip":
+        return {
+            "redislock": "skipped",
+            "reason": _REASONS[refusal.reason],
+            "lock": refusal.name,
+            "retry_after": refusal.retry_after,
+        }
+    if mode == "raise" or (mode in ("defer", "retry") and not comes_back):
+        raise error
+    if mode == "retry":
+        raise task.retry(countdown=refusal.retry_after, exc=error)
+    if mode == "defer":
+        _defer(task, refusal)
+    if callable(mode):
+        return mode(refusal, *call_args, **kwargs)
+    raise ValueError(
+        f"on_limited for a Celery task must be one of {TASK_LIMITED_MODES} or a callable"
+    )
+
+
+def _defer(task: Task, refusal: Refusal) -> None:
+    """Send *task*'s message again to come back in ``retry_after`` s; end this copy."""
+    request = task.request
+    task.signature_from_request(
+        request, countdown=refusal.retry_after, retries=request.retries
+    ).apply_async()
+    raise Ignore()

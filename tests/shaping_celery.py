@@ -1,0 +1,63 @@
+"""Tasks with a rate limit or a cooldown, on the Celery app of ``tests.celery_app``; the
+worker of tests/test_shaping_celery.py runs ``-A tests.shaping_celery``.
+
+Each body appends ``start <µs> <i>`` and ``end <µs> <i>`` (Redis's clock) to the
+list ``rec:<tag>``: the recorder outside the guard.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django_redislock import single_instance
+from django_redislock.celery import SingleInstanceTask
+from tests.celery_app import app, probe
+
+__all__ = ["app", "cooled", "cooled_skip", "rated"]
+
+
+def _now_us() -> int:
+    s, us = probe.time()
+    return int(s) * 1_000_000 + int(us)
+
+
+def _record(tag: str, i: int, pause: float) -> None:
+    probe.rpush(f"rec:{tag}", f"start {_now_us()} {i}")
+    time.sleep(pause)
+    probe.rpush(f"rec:{tag}", f"end {_now_us()} {i}")
+
+
+@app.task(bind=True)
+@single_instance("rated:{tag}", rate=(3, 2.0), on_locked="wait", timeout=None)
+def rated(self: Any, tag: str, i: int) -> int:
+    """3 starts per 2 s per tag; refused starts are deferred (the default)."""
+    _record(tag, i, 0.01)
+    return i
+
+
+@app.task(
+    bind=True,
+    base=SingleInstanceTask,
+    lock_key="cooled:{tag}",
+    lock_cooldown=1.0,
+    on_locked="wait",
+    lock_timeout=None,
+)
+def cooled(self: Any, tag: str, i: int) -> int:
+    """Runs 0.1 s, then its key cools down for 1 s; refused starts are deferred."""
+    _record(tag, i, 0.1)
+    return i
+
+
+@app.task(
+    bind=True,
+    base=SingleInstanceTask,
+    lock_key="cooled:{tag}",
+    lock_cooldown=30.0,
+    on_limited="skip",
+)
+def cooled_skip(self: Any, tag: str, i: int) -> int:
+    """A 30 s cooldown whose refused starts are skipped."""
+    _record(tag, i, 0.0)
+    return i

@@ -1,0 +1,97 @@
+"""Rate limits and cooldowns of Celery tasks on a real worker (prefork, 2 processes):
+what runs is read from the recorder the task bodies append to (tests/shaping_celery.py)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.conf import settings
+
+from django_redislock.celery import SingleInstanceTask, is_skipped
+from tests import celery_app as ca
+from tests import shaping_celery as sc
+
+pytestmark = [pytest.mark.celery, pytest.mark.slow]
+
+#: The recorder reads Redis's clock in the body, after the script admitted the start.
+RECORDER_SLACK_US = 50_000
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[ca.Worker]:
+    """One real worker running this module's tasks (broker/results on DBs 1 and 2)."""
+    base = settings.REDIS_URL.rsplit("/", 1)[0]
+    for db in (1, 2):
+        redis.Redis.from_url(f"{base}/{db}").flushdb()
+    w = ca.Worker(concurrency=2, app_module="tests.shaping_celery")
+    try:
+        w.wait_ready()
+        yield w
+    finally:
+        w.stop()
+
+
+def _events(tag: str, expected_starts: int, timeout: float) -> list[tuple[str, int, int]]:
+    """The recorder's events once *expected_starts* runs ended (bounded by *timeout*)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        raw = [e.decode().split() for e in ca.probe.lrange(f"rec:{tag}", 0, -1)]
+        if sum(1 for e in raw if e[0] == "end") >= expected_starts:
+            return [(k, int(t), int(i)) for k, t, i in raw]
+        assert time.monotonic() < deadline, f"only {raw} within {timeout} s"
+        time.sleep(0.05)
+
+
+def test_a_rate_limited_task_defers_refused_starts_and_loses_none(worker: ca.Worker) -> None:
+    tag = uuid.uuid4().hex[:8]
+    results = [sc.rated.delay(tag, i) for i in range(9)]
+    events = _events(tag, 9, timeout=40)
+    starts = sorted(t for k, t, _ in events if k == "start")
+    assert sorted(i for k, _, i in events if k == "start") == list(range(9))  # each ran once
+    # No 2 s window holds more than 3 starts: start n and start n+3 are >= 2 s apart.
+    gaps = [starts[n + 3] - starts[n] for n in range(len(starts) - 3)]
+    assert min(gaps) >= 2_000_000 - RECORDER_SLACK_US, gaps
+    # The limit is reached: the first window holds 3 starts.
+    assert starts[2] - starts[0] < 2_000_000
+    # The deferred messages kept their task ids: each AsyncResult has its value.
+    assert sorted(r.get(timeout=30) for r in results) == list(range(9))
+
+
+def test_a_task_in_its_cooldown_is_deferred_and_runs_after_it(worker: ca.Worker) -> None:
+    tag = uuid.uuid4().hex[:8]
+    for i in range(3):
+        sc.cooled.delay(tag, i)
+    events = _events(tag, 3, timeout=40)
+    assert [k for k, _, _ in events] == ["start", "end"] * 3, "two runs overlapped"
+    times = [t for _, t, _ in events]
+    for n in (1, 3):  # from each end to the next start: the 1 s cooldown
+        assert times[n + 1] - times[n] >= 1_000_000 - RECORDER_SLACK_US, times
+
+
+def test_a_task_in_its_cooldown_with_on_limited_skip_is_skipped(worker: ca.Worker) -> None:
+    tag = uuid.uuid4().hex[:8]
+    assert sc.cooled_skip.delay(tag, 1).get(timeout=30) == 1
+    skipped = sc.cooled_skip.delay(tag, 2).get(timeout=30)
+    assert is_skipped(skipped) and skipped["reason"] == "cooldown"
+    assert 25 < skipped["retry_after"] <= 30
+    assert [e.split()[0] for e in ca.probe.lrange(f"rec:{tag}", 0, -1)] == [b"start", b"end"]
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"lock_cooldown": 5, "lock_limit": 2}, "never overlap"),
+        ({"on_limited": "skip"}, "give one of them"),
+        ({"lock_rate": "5/m", "on_limited": "later"}, "must be one of"),
+        ({"lock_rate": "five a minute"}, "must look like"),
+    ],
+)
+def test_task_class_misuse_is_refused_when_the_class_is_made(
+    options: dict[str, object], words: str
+) -> None:
+    with pytest.raises(ValueError, match=words):
+        type("Bad", (SingleInstanceTask,), {"run": lambda self: None, **options})
