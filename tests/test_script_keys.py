@@ -26,9 +26,16 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_redislock import LockManager, LockNotAcquired
-from django_redislock.engine import operator_scripts, quorum_scripts, scripts, shared_scripts
+from django_redislock import LockManager, LockNotAcquired, RunLimited, single_instance
+from django_redislock.engine import (
+    operator_scripts,
+    quorum_scripts,
+    scripts,
+    shaping_scripts,
+    shared_scripts,
+)
 from django_redislock.engine.scripts import Script
+from django_redislock.guards.shaping import shaping_state
 from tests.redis_server import RedisServer
 
 MARKER = "redislock-monitor-end"
@@ -219,6 +226,17 @@ async def _async_workload(m: LockManager) -> None:
         await m.source.abackend().aclose()
 
 
+def _shaping_workload(m: LockManager) -> None:
+    @single_instance("keys:shaped", manager=m, rate="1/m", cooldown=5)
+    def shaped() -> None:
+        pass
+
+    shaped()  # admitted, then cooled down
+    with pytest.raises(RunLimited):
+        shaped()
+    shaping_state(shaped._redislock_config, "keys:shaped")  # type: ignore[attr-defined]
+
+
 def test_every_script_names_a_key_on_one_redis(server: RedisServer) -> None:
     m = LockManager(url=f"{server.url}?socket_timeout=5")
     monitor = Monitor(server.url)
@@ -226,8 +244,9 @@ def test_every_script_names_a_key_on_one_redis(server: RedisServer) -> None:
     _shared_workload(m)
     _reads_workload(m)
     asyncio.run(_async_workload(m))
+    _shaping_workload(m)
     sent = _assert_every_script_names_a_key(monitor.stop())
-    expected = _package_scripts(scripts, shared_scripts, operator_scripts)
+    expected = _package_scripts(scripts, shared_scripts, operator_scripts, shaping_scripts)
     missed = {name for sha, name in expected.items() if sha not in sent}
     assert missed == set(), f"the workload never sent {sorted(missed)}: add it here"
 
