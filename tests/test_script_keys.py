@@ -234,7 +234,7 @@ def _shaping_workload(m: LockManager) -> None:
     shaped()  # admitted, then cooled down
     with pytest.raises(RunLimited):
         shaped()
-    shaping_state(shaped._redislock_config, "keys:shaped")  # type: ignore[attr-defined]
+    shaping_state(shaped, "keys:shaped")
 
 
 def test_every_script_names_a_key_on_one_redis(server: RedisServer) -> None:

@@ -77,7 +77,7 @@ def test_a_refused_start_gives_the_lock_back_and_counts_nothing(name: str) -> No
             work()
     config = work._redislock_config  # type: ignore[attr-defined]
     assert config.lock_manager().get(name) is None  # never left held
-    state = shaping_state(config, name)
+    state = shaping_state(work, name)
     assert state.count == 1 and 59 < state.window_frees_in <= 60
 
 

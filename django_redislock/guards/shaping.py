@@ -365,6 +365,18 @@ def view_limited(config: GuardConfig, refusal: Refusal, request: Any) -> Any:
     return response
 
 
+def _config_of(guarded: Any) -> GuardConfig:
+    config = getattr(guarded, "_redislock_config", None)
+    if config is None and callable(getattr(guarded, "_lock_config", None)):
+        config = guarded._lock_config()  # a SingleInstanceTask
+    if config is None:
+        run = getattr(type(guarded), "run", None)  # a Celery task over @single_instance
+        config = getattr(getattr(run, "__func__", run), "_redislock_config", None)
+    if config is None:
+        raise TypeError(f"{guarded!r} is not guarded by @single_instance")
+    return config  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True)
 class ShapingState:
     """A key's shaping as Redis has it now (for the admin, tests and operators)."""
@@ -377,8 +389,11 @@ class ShapingState:
     window_frees_in: float
 
 
-def shaping_state(config: GuardConfig, name: str) -> ShapingState:
-    """The rate window's count and the cooldown left of *name* under *config*'s shaping."""
+def shaping_state(guarded: Any, name: str) -> ShapingState:
+    """The rate window's count and the cooldown left of the key *name* of *guarded*: a
+    function decorated with ``@single_instance`` (or a Celery task made from one), or a
+    ``SingleInstanceTask``. Read-only."""
+    config = _config_of(guarded)
     shaping = config.shaping or Shaping()
     backend = config.lock_manager().backend()
     call = Call(STATE, _keys(backend, name), (shaping.window_ms,), "read the shaping", name)
