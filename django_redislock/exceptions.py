@@ -31,11 +31,18 @@ class RunLimited(LockNotAcquired):
     (``reason == "rate"``) or its cooldown runs (``reason == "cooldown"``).
 
     ``retry_after`` is the number of seconds (by Redis's clock, at the refusal) until
-    a start could be admitted.
+    a start could be admitted. Rebuilt from its message alone (a Celery task's
+    result read by a client that serialises exceptions as JSON), ``reason`` is
+    ``""`` and ``retry_after`` 0.
     """
 
     def __init__(
-        self, message: str, *, name: str | None = None, reason: str, retry_after: float
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        reason: str = "",
+        retry_after: float = 0.0,
     ) -> None:
         super().__init__(message, name=name)
         self.reason = reason

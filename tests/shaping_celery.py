@@ -14,7 +14,16 @@ from django_redislock import single_instance
 from django_redislock.celery import SingleInstanceTask
 from tests.celery_app import app, probe
 
-__all__ = ["app", "cooled", "cooled_skip", "rated"]
+__all__ = [
+    "app",
+    "cooled",
+    "cooled_skip",
+    "limited_callable",
+    "limited_raise",
+    "limited_retry",
+    "rated",
+    "unique_rated",
+]
 
 
 def _now_us() -> int:
@@ -59,5 +68,61 @@ def cooled(self: Any, tag: str, i: int) -> int:
 )
 def cooled_skip(self: Any, tag: str, i: int) -> int:
     """A 30 s cooldown whose refused starts are skipped."""
+    _record(tag, i, 0.0)
+    return i
+
+
+@app.task(
+    bind=True, base=SingleInstanceTask, lock_key="lr:{tag}", lock_rate=(1, 60), on_limited="raise"
+)
+def limited_raise(self: Any, tag: str, i: int) -> int:
+    """1 start per minute; a refused one fails with RunLimited."""
+    _record(tag, i, 0.0)
+    return i
+
+
+def _refused_value(refusal: Any, tag: str, i: int) -> str:
+    return f"refused {refusal.reason} {i}"
+
+
+@app.task(
+    bind=True,
+    base=SingleInstanceTask,
+    lock_key="lc:{tag}",
+    lock_rate=(1, 60),
+    on_limited=_refused_value,
+)
+def limited_callable(self: Any, tag: str, i: int) -> int:
+    """1 start per minute; a refused one's result is on_limited's value."""
+    _record(tag, i, 0.0)
+    return i
+
+
+@app.task(
+    bind=True,
+    base=SingleInstanceTask,
+    lock_key="lt:{tag}",
+    lock_rate=(1, 1.5),
+    on_limited="retry",
+    max_retries=5,
+    on_locked="wait",
+    lock_timeout=None,
+)
+def limited_retry(self: Any, tag: str, i: int) -> int:
+    """1 start per 1.5 s; a refused one is retried (its retries are recorded)."""
+    probe.rpush(f"retries:{tag}", f"{i} {self.request.retries}")
+    _record(tag, i, 0.0)
+    return i
+
+
+@app.task(
+    bind=True,
+    base=SingleInstanceTask,
+    lock_key="lu:{tag}",
+    unique_on_enqueue=True,
+    lock_rate=(1, 2.0),
+)
+def unique_rated(self: Any, tag: str, i: int) -> int:
+    """One pending per key, 1 start per 2 s: a deferred execution keeps the key's hold."""
     _record(tag, i, 0.0)
     return i

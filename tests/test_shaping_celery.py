@@ -11,6 +11,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from django_redislock import RunLimited, locks
 from django_redislock.celery import SingleInstanceTask, is_skipped
 from tests import celery_app as ca
 from tests import shaping_celery as sc
@@ -95,3 +96,49 @@ def test_task_class_misuse_is_refused_when_the_class_is_made(
 ) -> None:
     with pytest.raises(ValueError, match=words):
         type("Bad", (SingleInstanceTask,), {"run": lambda self: None, **options})
+
+
+def test_on_limited_raise_fails_the_task_with_run_limited(worker: ca.Worker) -> None:
+    tag = uuid.uuid4().hex[:8]
+    assert sc.limited_raise.delay(tag, 1).get(timeout=30) == 1
+    refused = sc.limited_raise.delay(tag, 2)
+    with pytest.raises(RunLimited) as error:
+        refused.get(timeout=30)
+    assert "already started 1 times" in str(error.value)
+
+
+def test_on_limited_callable_gives_the_result(worker: ca.Worker) -> None:
+    tag = uuid.uuid4().hex[:8]
+    assert sc.limited_callable.delay(tag, 1).get(timeout=30) == 1
+    assert sc.limited_callable.delay(tag, 2).get(timeout=30) == "refused rate 2"
+
+
+def test_on_limited_retry_retries_after_the_window(worker: ca.Worker) -> None:
+    tag = uuid.uuid4().hex[:8]
+    first, second = sc.limited_retry.delay(tag, 1), sc.limited_retry.delay(tag, 2)
+    assert sorted([first.get(timeout=30), second.get(timeout=30)]) == [1, 2]
+    attempts = [e.decode().split() for e in ca.probe.lrange(f"retries:{tag}", 0, -1)]
+    assert attempts[0][1] == "0" and attempts[1][1] != "0"  # the second ran as a retry
+    starts = [
+        int(e.split()[1]) for e in ca.probe.lrange(f"rec:{tag}", 0, -1) if e.startswith(b"start")
+    ]
+    assert starts[1] - starts[0] >= 1_500_000 - RECORDER_SLACK_US
+
+
+def test_a_deferred_unique_task_keeps_its_key_pending(worker: ca.Worker) -> None:
+    tag = uuid.uuid4().hex[:8]
+    assert sc.unique_rated.delay(tag, 1).get(timeout=30) == 1
+    second = sc.unique_rated.delay(tag, 2)  # runs at once, refused by the rate: deferred
+    deadline = time.monotonic() + 30
+    while f"[{second.id}] not started" not in worker.log_text():
+        assert time.monotonic() < deadline, "the second execution was never refused"
+        time.sleep(0.05)
+    info = locks.get(f"lu:{tag}")
+    assert info is not None and info.owner == second.id  # kept for it, under its task id
+    third = sc.unique_rated.delay(tag, 3)  # a duplicate of the pending one: not queued
+    assert third.id == second.id
+    assert second.get(timeout=30) == 2
+    events = _events(tag, 2, timeout=30)
+    assert [i for k, _, i in events if k == "start"] == [1, 2]
+    starts = [t for k, t, _ in events if k == "start"]
+    assert starts[1] - starts[0] >= 2_000_000 - RECORDER_SLACK_US
