@@ -13,6 +13,7 @@ from django.conf import settings
 
 from django_redislock import RunLimited, locks
 from django_redislock.celery import SingleInstanceTask, is_skipped
+from django_redislock.guards.shaping import shaping_state
 from tests import celery_app as ca
 from tests import shaping_celery as sc
 
@@ -142,3 +143,22 @@ def test_a_deferred_unique_task_keeps_its_key_pending(worker: ca.Worker) -> None
     assert [i for k, _, i in events if k == "start"] == [1, 2]
     starts = [t for k, t, _ in events if k == "start"]
     assert starts[1] - starts[0] >= 2_000_000 - RECORDER_SLACK_US
+
+
+def test_eager_runs_cannot_be_deferred_so_they_raise() -> None:
+    tag = uuid.uuid4().hex[:8]
+    assert [sc.rated.apply(args=(tag, i)).get() for i in range(3)] == [0, 1, 2]
+    refused = sc.rated.apply(args=(tag, 3))
+    with pytest.raises(RunLimited) as error:
+        refused.get()
+    assert error.value.reason == "rate" and 0 < error.value.retry_after <= 2
+
+
+def test_shaping_state_of_tasks(worker: ca.Worker) -> None:
+    tag = uuid.uuid4().hex[:8]
+    assert sc.cooled_skip.delay(tag, 1).get(timeout=30) == 1
+    state = shaping_state(sc.cooled_skip, f"cooled:{tag}")
+    assert state.count == 0 and 25 < state.cooldown_left <= 30
+    assert sc.rated.delay(tag, 1).get(timeout=30) == 1
+    state = shaping_state(sc.rated, f"rated:{tag}")
+    assert state.count == 1 and 0 < state.window_frees_in <= 2

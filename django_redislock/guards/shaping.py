@@ -366,12 +366,17 @@ def view_limited(config: GuardConfig, refusal: Refusal, request: Any) -> Any:
 
 
 def _config_of(guarded: Any) -> GuardConfig:
+    from .guard import task_hooks
+
     config = getattr(guarded, "_redislock_config", None)
-    if config is None and callable(getattr(guarded, "_lock_config", None)):
-        config = guarded._lock_config()  # a SingleInstanceTask
-    if config is None:
-        run = getattr(type(guarded), "run", None)  # a Celery task over @single_instance
-        config = getattr(getattr(run, "__func__", run), "_redislock_config", None)
+    if config is None and callable(getattr(guarded, "_get_current_object", None)):
+        guarded = guarded._get_current_object()  # a lazy Celery task (a proxy)
+    for hooks in task_hooks() if config is None else ():
+        # a SingleInstanceTask, or a task made from a @single_instance function
+        found = None if hooks.lock_options_of is None else hooks.lock_options_of(guarded)
+        if found is not None:
+            config = found[0]
+            break
     if config is None:
         raise TypeError(f"{guarded!r} is not guarded by @single_instance")
     return config  # type: ignore[no-any-return]
