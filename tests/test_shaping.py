@@ -129,6 +129,52 @@ def test_async_functions_share_the_decision(name: str) -> None:
     assert asyncio.run(main()) == ["ran", "ran", "rate"]
 
 
+def test_rate_with_a_concurrency_limit_bounds_both(name: str) -> None:
+    """limit=2 lets two run at once; rate=(3, 60) still admits only 3 starts."""
+    inside = threading.Barrier(3, timeout=10)
+    leave = threading.Event()
+    outcomes: list[str] = []
+
+    @single_instance(name, limit=2, rate=(3, 60))
+    def work(wait: bool) -> None:
+        if wait:
+            inside.wait()  # two runs at once, with the test
+            assert leave.wait(10)
+        outcomes.append("ran")
+
+    runners = [threading.Thread(target=work, args=(True,)) for _ in range(2)]
+    for t in runners:
+        t.start()
+    inside.wait()  # both hold a place now
+    with pytest.raises(LockNotAcquired) as full:
+        work(False)  # every place taken: on_locked's refusal, not the rate's
+    assert not isinstance(full.value, RunLimited)
+    leave.set()
+    for t in runners:
+        t.join(10)
+    work(False)  # the third start
+    with pytest.raises(RunLimited):
+        work(False)
+    assert outcomes == ["ran"] * 3
+
+
+def test_async_cooldown_refuses_and_the_lock_is_free(name: str) -> None:
+    @single_instance(name, cooldown=30)
+    async def work() -> str:
+        return "ran"
+
+    async def main() -> tuple[str, str]:
+        first = await work()
+        try:
+            await work()
+        except RunLimited as refused:
+            return first, refused.reason
+        return first, "ran twice"
+
+    assert asyncio.run(main()) == ("ran", "cooldown")
+    assert work._redislock_config.lock_manager().get(name) is None  # type: ignore[attr-defined]
+
+
 def test_cooldown_refuses_until_it_ends_then_admits(name: str, redis_client: redis.Redis) -> None:
     @single_instance(name, cooldown=0.4)
     def work() -> str:
