@@ -7,6 +7,7 @@ list ``rec:<tag>``: the recorder outside the guard.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -16,6 +17,7 @@ from tests.celery_app import app, probe
 
 __all__ = [
     "app",
+    "coalesced",
     "cooled",
     "cooled_skip",
     "limited_callable",
@@ -126,3 +128,15 @@ def unique_rated(self: Any, tag: str, i: int) -> int:
     """One pending per key, 1 start per 2 s: a deferred execution keeps the key's hold."""
     _record(tag, i, 0.0)
     return i
+
+
+@app.task(bind=True)
+@single_instance("co:{tag}", ttl=10, coalesce=True)
+def coalesced(self: Any, tag: str, n: int) -> int:
+    """Coalescing runs per tag; run 0 waits for gate:<tag> (its pid is recorded)."""
+    probe.rpush(f"rec:{tag}", f"start {_now_us()} {n} {os.getpid()}")
+    for _ in range(20 if n == 0 else 0):  # bounded: 20 s (1 s reads, under the socket timeout)
+        if probe.blpop([f"gate:{tag}"], timeout=1):
+            break
+    probe.rpush(f"rec:{tag}", f"end {_now_us()} {n} {os.getpid()}")
+    return n

@@ -34,8 +34,10 @@ from django_redislock.engine import (
     shaping_scripts,
     shared_scripts,
 )
+from django_redislock.engine.calls import Call
+from django_redislock.engine.driver import call_sync
 from django_redislock.engine.scripts import Script
-from django_redislock.guards.shaping import shaping_state
+from django_redislock.guards.shaping import shaping_key, shaping_state
 from tests.redis_server import RedisServer
 
 MARKER = "redislock-monitor-end"
@@ -235,6 +237,17 @@ def _shaping_workload(m: LockManager) -> None:
     with pytest.raises(RunLimited):
         shaped()
     shaping_state(shaped, "keys:shaped")
+    # Coalescing's scripts, as the Celery integration sends them (keys on the name's tag).
+    backend = m.backend()
+    pending = shaping_key(backend, "keys:shaped", "pending")
+    retired = shaping_key(backend, "keys:shaped", "retired")
+    lock_key = backend.keyspace.keys("keys:shaped").lock
+    for script, keys, args in (
+        (shaping_scripts.PEND, (lock_key, pending), ("{}", "t1", 60_000)),
+        (shaping_scripts.SWEEP, (pending, retired), ("t1",)),
+        (shaping_scripts.TAKE, (pending, retired), (60_000,)),
+    ):
+        call_sync(Call(script, keys, args, "test", "keys:shaped"), backend)
 
 
 def test_every_script_names_a_key_on_one_redis(server: RedisServer) -> None:

@@ -322,6 +322,11 @@ def test_a_view_on_limited_callable_gets_the_refusal() -> None:
         ({"cooldown": -1}, ValueError, "cooldown must be from"),
         ({"cooldown": "5"}, TypeError, "number of seconds"),
         ({"rate": "1/s", "on_limited": "later"}, ValueError, "must be one of"),
+        ({"coalesce": True, "limit": 2}, ValueError, "keeps one running"),
+        ({"coalesce": True, "cooldown": 5}, ValueError, "a rate or a cooldown"),
+        ({"coalesce": True, "on_locked": "retry"}, ValueError, "becomes pending"),
+        ({"coalesce": True, "timeout": 5}, ValueError, "no timeout"),
+        ({"coalesce": "yes"}, TypeError, "True or False"),
     ],
 )
 def test_misuse_is_refused_when_the_decorator_is_applied(
@@ -345,6 +350,15 @@ def test_a_task_mode_on_a_plain_function_is_a_type_error_at_the_refusal(name: st
         pass
 
     work()
+    with pytest.raises(TypeError, match="only works on Celery tasks"):
+        work()
+
+
+def test_coalesce_on_a_plain_function_is_a_type_error_at_the_call(name: str) -> None:
+    @single_instance(name, coalesce=True)
+    def work() -> None:
+        pass
+
     with pytest.raises(TypeError, match="only works on Celery tasks"):
         work()
 

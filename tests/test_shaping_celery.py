@@ -3,9 +3,12 @@ what runs is read from the recorder the task bodies append to (tests/shaping_cel
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -90,6 +93,9 @@ def test_a_task_in_its_cooldown_with_on_limited_skip_is_skipped(worker: ca.Worke
         ({"on_limited": "skip"}, "give one of them"),
         ({"lock_rate": "5/m", "on_limited": "later"}, "must be one of"),
         ({"lock_rate": "five a minute"}, "must look like"),
+        ({"lock_coalesce": True, "unique_on_enqueue": True}, "drop one"),
+        ({"lock_coalesce": True, "lock_rate": "1/s"}, "a rate or a cooldown"),
+        ({"lock_coalesce": True, "on_locked": "wait"}, "becomes pending"),
     ],
 )
 def test_task_class_misuse_is_refused_when_the_class_is_made(
@@ -162,3 +168,60 @@ def test_shaping_state_of_tasks(worker: ca.Worker) -> None:
     assert sc.rated.delay(tag, 1).get(timeout=30) == 1
     state = shaping_state(sc.rated, f"rated:{tag}")
     assert state.count == 1 and 0 < state.window_frees_in <= 2
+
+
+def _records(tag: str) -> list[list[str]]:
+    return [e.decode().split() for e in ca.probe.lrange(f"rec:{tag}", 0, -1)]
+
+
+def _await(predicate: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        time.sleep(0.05)
+
+
+def test_fifty_calls_during_a_run_coalesce_into_one_more_run_with_the_last_arguments(
+    worker: ca.Worker,
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    first = sc.coalesced.delay(tag, 0)
+    _await(lambda: len(_records(tag)) == 1, "run 0 never started")
+    sweeper = sc.coalesced.delay(tag, 1)  # the pending call's sweeper: sent again, Ignore
+    ignored = f"coalesced[{sweeper.id}] ignored"
+    _await(lambda: ignored in worker.log_text(full=True), "call 1 never pended")
+    for n in range(2, 51):  # one after the other, so the last arguments are known
+        assert is_skipped(sc.coalesced.delay(tag, n).get(timeout=20))
+    # The sweeper comes back while run 0 holds the key: sent again for the lease's end
+    # (>= 6.6 s of the 10 s lease), so only the hand-on can start the pending run soon.
+    _await(lambda: worker.log_text(full=True).count(ignored) == 2, "no sweeper back", 15)
+    ca.probe.rpush(f"gate:{tag}", "go")
+    assert first.get(timeout=20) == 0
+    _await(lambda: len(_records(tag)) >= 4, "the pending run never ran")
+    ended, started = int(_records(tag)[1][1]), int(_records(tag)[2][1])
+    assert started - ended < 2_000_000, "the pending run waited for the sweeper"
+    # The sweeper comes back once more and is dropped: nothing more runs.
+    _await(lambda: worker.log_text(full=True).count(ignored) == 3, "no sweeper drop", 15)
+    records = _records(tag)
+    assert [(r[0], r[2]) for r in records] == [
+        ("start", "0"),
+        ("end", "0"),
+        ("start", "50"),
+        ("end", "50"),
+    ]
+
+
+def test_a_pending_call_runs_once_after_the_lease_when_the_running_one_is_killed(
+    worker: ca.Worker,
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    sc.coalesced.delay(tag, 0)
+    _await(lambda: len(_records(tag)) == 1, "run 0 never started")
+    sc.coalesced.delay(tag, 7)
+    pending = f"redislock:pending:{{co:{tag}}}"
+    _await(lambda: ca.probe.exists(pending), "call 7 never pended")
+    os.kill(int(_records(tag)[0][3]), signal.SIGKILL)  # the pool process running run 0
+    _await(lambda: len(_records(tag)) >= 3, "the pending call never ran", timeout=40)
+    records = _records(tag)
+    assert [(r[0], r[2]) for r in records] == [("start", "0"), ("start", "7"), ("end", "7")]
+    ca.probe.rpush(f"gate:{tag}", "go")  # nobody waits any more: tidy

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from celery import Task
 from celery.exceptions import Ignore
@@ -46,7 +46,7 @@ from ..primitives.lock import Lock
 
 logger = logging.getLogger("django_redislock.celery")
 
-__all__ = ["ADMITTED", "settle_start"]
+__all__ = ["ADMITTED", "resend", "settle_start"]
 
 #: :func:`settle_start`'s answer when the execution may run its body.
 ADMITTED: Any = object()
@@ -116,7 +116,7 @@ def _refused(
     if mode == "retry":
         raise task.retry(countdown=refusal.retry_after, exc=error)
     if mode == "defer":
-        _defer(task, refusal)
+        resend(task, refusal.retry_after)
     if callable(mode):
         return mode(refusal, *call_args, **kwargs)
     raise ValueError(
@@ -124,10 +124,10 @@ def _refused(
     )
 
 
-def _defer(task: Task, refusal: Refusal) -> None:
-    """Send *task*'s message again to come back in ``retry_after`` s; end this copy."""
+def resend(task: Task, countdown: float) -> NoReturn:
+    """Send *task*'s message again to come back in *countdown* seconds (same task id,
+    arguments and options, the retry count unchanged: no retry), and end this copy
+    (Ignore: no result stored)."""
     request = task.request
-    task.signature_from_request(
-        request, countdown=refusal.retry_after, retries=request.retries
-    ).apply_async()
+    task.signature_from_request(request, countdown=countdown, retries=request.retries).apply_async()
     raise Ignore()

@@ -56,10 +56,11 @@ from ..guards.guard import (
     release_task_hold,
 )
 from ..guards.keys_template import KeySpec
-from ..guards.shaping import TASK_LIMITED_MODES, Shaping, finish
+from ..guards.shaping import TASK_LIMITED_MODES, Shaping, check_coalesce, finish
 from ..primitives.lock import Lock
 from ..primitives.semaphore import validate_limit
 from .autoretry import autoretry_delay
+from .coalesce import ACQUIRED, hand_on, pend, sweep
 from .redelivery import (
     TAKEOVER_TRIES,
     completed,
@@ -189,7 +190,11 @@ def run_guarded(
     else:
         acquired = config.acquire(lock, wait=on_locked == "wait")
     if not acquired:
-        return _task_locked(task, config, on_locked, name, call_args, kwargs)
+        if not config.coalesce:
+            return _task_locked(task, config, on_locked, name, call_args, kwargs)
+        outcome = pend(task, config, lock, name, call_args, kwargs)  # the pending run
+        if outcome is not ACQUIRED:
+            return outcome
     late = copy and bool(task.acks_late)
     if late:
         try:
@@ -200,6 +205,8 @@ def run_guarded(
         if done:
             release_task_hold(lock)
             drop(task, name)
+    if running is None and config.coalesce:
+        sweep(task, config, lock, name)  # a sweeper of a pending call hands it on
     if running is None and config.shaping is not None:  # a rate limit or a cooldown
         started = settle_start(task, lock, config, call_args, kwargs, _keep_for_retry)
         if started is not ADMITTED:
@@ -275,6 +282,8 @@ def _acquire_execution(
 def _release_at_end(lock: Lock, task: Task, outermost: bool, config: GuardConfig) -> None:
     if outermost:
         finish(config, lock)  # the cooldown starts before the lock is free
+        if config.coalesce and hand_on(task, config, lock, lock.name):
+            return  # the lock went to the pending run
     if release_task_hold(lock, every_hold=outermost) is False:
         logger.warning(
             "redislock: task %s[%s] lost its lock %r before it finished "
@@ -402,6 +411,9 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
       AsyncResult (default) or ``"raise"`` :class:`DuplicateTaskError`;
     * ``lock_on_retry``: ``"keep"`` (default) or ``"release"`` on ``self.retry()``;
     * ``lock_manager``: a LockManager (default ``django_redislock.locks``);
+    * ``lock_coalesce``: a call that finds the key held becomes the one pending
+      run, started when the running one ends (see
+      :mod:`django_redislock.celery.coalesce`); not with ``unique_on_enqueue``;
     * ``lock_rate``: at most this many starts per sliding window per key
       (``"10/m"``, see ``single_instance(rate=...)``);
     * ``lock_cooldown``: seconds the key stays taken after each run ends
@@ -421,6 +433,7 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
     on_duplicate: str = "return"
     lock_on_retry: str = "keep"
     lock_manager: Any = None
+    lock_coalesce: bool = False
     lock_rate: Any = None
     lock_cooldown: float | None = None
     on_limited: Any = None
@@ -475,6 +488,20 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
             where=cls.__qualname__,
             names=("lock_rate", "lock_cooldown", "on_limited", "lock_limit"),
         )
+        coalesce = check_coalesce(
+            cls.lock_coalesce,
+            limit=cls.lock_limit,
+            shaping=shaping,
+            on_locked=None if cls.on_locked == "skip" else cls.on_locked,  # the default
+            timeout=cls.lock_timeout,
+            where=cls.__qualname__,
+            names=("lock_coalesce", "lock_limit", "lock_timeout"),
+        )
+        if coalesce and cls.unique_on_enqueue:
+            raise ValueError(
+                f"{cls.__qualname__}: lock_coalesce makes a call that finds the key held the "
+                "pending run; unique_on_enqueue refuses it before it is sent; drop one"
+            )
         bound = not isinstance(run, staticmethod)
         func = run.__func__ if isinstance(run, staticmethod) else run
         name = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
@@ -488,6 +515,7 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
             manager=cls.lock_manager,
             limit=cls.lock_limit,
             shaping=shaping,
+            coalesce=coalesce,
         )
 
     def _lock_config(self) -> GuardConfig:

@@ -97,3 +97,59 @@ return {count, left, frees}
 """
 )
 STATE = Script("SHAPE_STATE", _STATE)
+
+# -- coalescing (Celery tasks) ----------------------------------------------------
+# The pending hash ``<prefix>:pending:{<name>}`` holds the latest coalesced call
+# (``call``: its arguments as JSON) and ``sweeper``: the task id of the message that
+# was deferred as a safety net, in case the running execution never hands the
+# pending call on (it died). ``<prefix>:retired:{<name>}`` is a set of sweeper ids
+# whose pending call was handed on by someone else: when they come back, they drop.
+
+# KEYS[1]: the lock hash, KEYS[2]: pending hash.  ARGV[1]: the call (JSON),
+# ARGV[2]: this execution's task id, ARGV[3]: how long the slot lives (ms).
+# Returns 0 when the lock is free (take it instead), 1 when the call is pending and
+# this execution is its sweeper (it must come back; a sweeper that comes back leaves
+# the later calls' arguments alone), 2 when it is pending and another execution is
+# the sweeper.
+_PEND = r"""
+local L, P = KEYS[1], KEYS[2]
+if redis.call('EXISTS', L) == 0 then return 0 end
+local sweeper = redis.call('HGET', P, 'sweeper')
+if sweeper == ARGV[2] then return 1 end  -- the sweeper back: its call is older
+redis.call('HSET', P, 'call', ARGV[1])
+redis.call('PEXPIRE', P, ARGV[3])
+if not sweeper then
+  redis.call('HSET', P, 'sweeper', ARGV[2])
+  return 1
+end
+return 2
+"""
+PEND = Script("SHAPE_PEND", _PEND)
+
+# KEYS[1]: pending hash, KEYS[2]: retired set.  ARGV[1]: how long a retired id is
+# remembered (ms).  Takes the pending call (the caller holds the lock and hands it
+# on): returns its JSON, or false when none is pending. Its sweeper is retired.
+_TAKE = r"""
+local P, R = KEYS[1], KEYS[2]
+local pending = redis.call('HMGET', P, 'call', 'sweeper')
+if not pending[1] then return false end
+redis.call('DEL', P)
+if pending[2] then
+  redis.call('SADD', R, pending[2])
+  redis.call('PEXPIRE', R, ARGV[1])
+end
+return pending[1]
+"""
+TAKE = Script("SHAPE_TAKE", _TAKE)
+
+# KEYS[1]: pending hash, KEYS[2]: retired set.  ARGV[1]: this execution's task id.
+# Asked by an execution that just took the lock: 'sweep' when it is the sweeper of
+# the pending call (it hands the call on), 'drop' when it is a retired sweeper (its
+# call was handed on already), 'run' otherwise (a call of its own).
+_SWEEP = r"""
+local P, R = KEYS[1], KEYS[2]
+if redis.call('HGET', P, 'sweeper') == ARGV[1] then return 'sweep' end
+if redis.call('SREM', R, ARGV[1]) == 1 then return 'drop' end
+return 'run'
+"""
+SWEEP = Script("SHAPE_SWEEP", _SWEEP)

@@ -37,7 +37,15 @@ from ..primitives.transactions import release_after_transactions
 from ..settings_spec import validate_view_redis_error
 from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after, task_hooks
 from .keys_template import ARGS, KeySpec
-from .shaping import Shaping, aadmit_held, admit_held, afinish, finish, limited
+from .shaping import (
+    Shaping,
+    aadmit_held,
+    admit_held,
+    afinish,
+    check_coalesce,
+    finish,
+    limited,
+)
 
 if TYPE_CHECKING:
     from ..primitives.lock import Lock
@@ -62,6 +70,7 @@ def single_instance(
     rate: str | tuple[int, float] | None = None,
     cooldown: float | None = None,
     on_limited: Any = None,
+    coalesce: bool = False,
 ) -> Callable[[F], F]:
     """Let only one call of the decorated function run at a time, per lock key
     (or at most *limit* calls).
@@ -114,6 +123,9 @@ def single_instance(
         refusal)`` or ``"raise"``. Celery tasks: ``"defer"`` (default: the message
         comes back when a start can be admitted), ``"retry"``, ``"skip"``,
         ``"raise"`` or a callable ``(refusal, *args, **kwargs)``.
+    :param coalesce: Celery tasks only: a call that finds the key held becomes the
+        one pending run (the latest call's arguments), which starts when the running
+        one ends; see :mod:`django_redislock.celery.coalesce`.
 
     Raises ValueError at decoration time when a template names an argument the
     function does not have, or options do not combine (``cooldown`` with
@@ -127,6 +139,13 @@ def single_instance(
     if not (on_redis_error is DEFAULT or callable(on_redis_error)):
         validate_view_redis_error(on_redis_error, "on_redis_error")
     shaping = Shaping.build(rate, cooldown, on_limited, limit=limit)
+    coalescing = check_coalesce(
+        coalesce,
+        limit=limit,
+        shaping=shaping,
+        on_locked=None if on_locked is DEFAULT else on_locked,
+        timeout=timeout,
+    )
 
     def decorate(func: F) -> F:
         _check_decoratable(func)
@@ -141,6 +160,7 @@ def single_instance(
             limit=limit,
             on_redis_error=on_redis_error,
             shaping=shaping,
+            coalesce=coalescing,
         )
         if inspect.iscoroutinefunction(func):
             wrapper = _async_wrapper(func, config)
@@ -322,6 +342,8 @@ def _call_lock(
     config: GuardConfig, name: str, owner: str | None, request: HttpRequest | None
 ) -> Lock:
     """The lock guarding one call of a view (with *request*) or a plain function."""
+    if config.coalesce:
+        raise TypeError(f"{config.spec.base}: coalesce=True only works on Celery tasks")
     return config.make_lock(
         name,
         owner,

@@ -86,6 +86,9 @@ class GuardConfig:
     on_redis_error: Any = DEFAULT
     #: Rate limit and cooldown per key (:mod:`django_redislock.guards.shaping`); None: neither.
     shaping: Shaping | None = None
+    #: Celery tasks: coalesce calls that find the key held into one pending run
+    #: (:mod:`django_redislock.celery.coalesce`).
+    coalesce: bool = False
 
     def lock_manager(self) -> LockManager:
         """The manager to make locks with (default: ``django_redislock.locks``)."""

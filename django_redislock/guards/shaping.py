@@ -55,6 +55,7 @@ __all__ = [
     "ShapingState",
     "ShapingUnsupported",
     "aadmit",
+    "check_coalesce",
     "aadmit_held",
     "admit",
     "admit_held",
@@ -63,6 +64,7 @@ __all__ = [
     "function_limited",
     "limited",
     "parse_rate",
+    "shaping_key",
     "shaping_state",
     "view_limited",
 ]
@@ -223,6 +225,38 @@ class Refusal:
         )
 
 
+def check_coalesce(
+    coalesce: object,
+    *,
+    limit: int | None,
+    shaping: Shaping | None,
+    on_locked: Any,
+    timeout: float | None,
+    where: str = "@single_instance",
+    names: tuple[str, str, str] = ("coalesce", "limit", "timeout"),
+) -> bool:
+    """*coalesce* validated: a bool, and only with options it combines with (no
+    concurrency limit, rate, cooldown, ``on_locked`` or wait: a call that finds the
+    key held becomes the pending run)."""
+    coalesce_name, limit_name, timeout_name = names
+    if not isinstance(coalesce, bool):
+        raise TypeError(f"{coalesce_name} must be True or False, not {coalesce!r}")
+    if not coalesce:
+        return False
+    why = None
+    if limit is not None:
+        why = f"{limit_name} lets several run at once, and coalescing keeps one running"
+    elif shaping is not None:
+        why = "a rate or a cooldown refuses starts, and a pending run must start when the run ends"
+    elif on_locked is not None:
+        why = "on_locked says what a call that finds the key held does, and it becomes pending"
+    elif timeout != 0:
+        why = f"a call that finds the key held becomes pending at once: no {timeout_name}"
+    if why is not None:
+        raise ValueError(f"{where}: {coalesce_name} does not combine here: {why}")
+    return True
+
+
 def _keys(backend: Backend | AsyncBackend, name: str) -> tuple[str, str]:
     if backend.features.quorum:
         raise ShapingUnsupported(
@@ -230,9 +264,15 @@ def _keys(backend: Backend | AsyncBackend, name: str) -> tuple[str, str]:
             "with one clock; on Redlock each master would count its own, and a majority "
             "cannot bound the starts. Use a manager on one Redis for this guard."
         )
+    return shaping_key(backend, name, "rate"), shaping_key(backend, name, "cooldown")
+
+
+def shaping_key(backend: Backend | AsyncBackend, name: str, part: str) -> str:
+    """The key ``<prefix>:<part>:{<name>}``: under the lock name's hash tag, so in the
+    lock's Cluster slot."""
     keyspace = backend.keyspace
     tag = keyspace.keys(name).lock[len(keyspace.prefix) + 1 :]  # "{<name>}", escaped
-    return f"{keyspace.prefix}:rate:{tag}", f"{keyspace.prefix}:cooldown:{tag}"
+    return f"{keyspace.prefix}:{part}:{tag}"
 
 
 def _admit_call(backend: Backend | AsyncBackend, shaping: Shaping, name: str) -> Call:

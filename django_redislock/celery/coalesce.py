@@ -1,0 +1,176 @@
+"""Coalescing Celery task runs: one running, at most one pending per key.
+
+``@single_instance(key, coalesce=True)`` under ``@app.task`` (or
+``SingleInstanceTask`` with ``lock_coalesce = True``): an execution that finds its
+key's lock held is not dropped and does not queue up. It writes its arguments to
+the key's **pending slot** (the latest call wins) and ends. When the running
+execution ends (returns, fails or is stopped), it takes the pending call, hands
+its lock over to a new task id and sends the pending call under that id: exactly
+one more run, with the latest arguments, however many calls arrived meanwhile.
+The key stays held across the hand-off, so calls arriving meanwhile pend for the
+run after that one.
+
+**Nothing is lost when the running execution dies.** The first call to pend is
+also the slot's *sweeper*: its message is sent again (same task id) for when the
+holder's lease runs out. If the pending call is still there when it comes back
+and the lock is free, the sweeper hands it on; if someone handed it on already,
+the sweeper is *retired* and its copy is dropped (``Ignore``).
+
+What a coalesced call's ``AsyncResult`` gets: the skip marker
+``{"redislock": "skipped", "reason": "coalesced", ...}`` (``is_skipped``), or, for
+the sweeper, no result (its message ends with ``Ignore``). The pending run is a
+new task with a new id (it is logged with the holder's).
+
+Every decision is one script on the key's hash tag (``PEND``, ``TAKE``,
+``SWEEP`` in :mod:`django_redislock.engine.shaping_scripts`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, cast
+
+from celery import Task
+from celery.exceptions import Ignore
+from celery.utils import uuid
+from kombu.utils import json as kombu_json
+
+from ..conf import setting
+from ..engine.calls import Call
+from ..engine.driver import call_sync
+from ..engine.shaping_scripts import PEND, SWEEP, TAKE
+from ..guards.guard import GuardConfig, lease_left, release_task_hold
+from ..guards.shaping import ShapingUnsupported, shaping_key
+from ..primitives.lock import Lock
+from .shaping import resend
+
+logger = logging.getLogger("django_redislock.celery")
+
+__all__ = ["ACQUIRED", "RUN", "hand_on", "pend", "sweep"]
+
+#: :func:`pend`'s answer when the lock was free after all and is now held.
+ACQUIRED: Any = object()
+#: :func:`sweep`'s answer when the execution runs its own call.
+RUN: Any = object()
+
+# Kombu's JSON: what Celery's serializer sends (dates, UUIDs, decimals) round-trips.
+_dumps = cast(Callable[[Any], str], kombu_json.dumps)
+_loads = cast(Callable[[Any], Any], kombu_json.loads)
+
+#: How long a pending slot and a retired sweeper id are kept (ms): a day.
+_KEEP_MS = 86_400_000
+
+
+def _backend(config: GuardConfig, name: str) -> Any:
+    backend = config.lock_manager().backend()
+    if backend.features.quorum:
+        raise ShapingUnsupported(
+            f"coalesce (lock {name!r}) needs one Redis (or Cluster); not on Redlock"
+        )
+    return backend
+
+
+def _coalesced(name: str) -> dict[str, Any]:
+    return {"redislock": "skipped", "reason": "coalesced", "lock": name}
+
+
+def pend(
+    task: Task,
+    config: GuardConfig,
+    lock: Lock,
+    name: str,
+    call_args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """An execution of *task* found its key held: make its call the pending one.
+
+    Returns :data:`ACQUIRED` when the lock turned out free and this execution now
+    holds it, else the coalesced call's result; the sweeper's message is sent again
+    for when the holder's lease runs out (raises Ignore).
+    """
+    backend = _backend(config, name)
+    keys = (backend.keyspace.keys(name).lock, shaping_key(backend, name, "pending"))
+    call = _dumps({"args": list(call_args), "kwargs": kwargs})
+    for _ in range(3):
+        answer = int(
+            call_sync(
+                Call(PEND, keys, (call, task.request.id or "", _KEEP_MS), "pend a call", name),
+                backend,
+            )
+        )
+        if answer == 0:  # released meanwhile: take it
+            if lock.acquire(blocking=False):
+                return ACQUIRED
+            continue
+        logger.info(
+            "redislock: task %s[%s] coalesced: its call is the pending one of lock %r",
+            task.name,
+            task.request.id,
+            name,
+        )
+        if answer == 1 and not task.request.is_eager:
+            resend(task, lease_left(config.lock_manager().get(name)) or 1)
+        return _coalesced(name)
+    return _coalesced(name)  # the lock changed hands three times: someone runs
+
+
+def sweep(task: Task, config: GuardConfig, lock: Lock, name: str) -> Any:
+    """An execution of *task* just took its key's lock: :data:`RUN` its own call, or,
+    when it is the pending call's sweeper, hand that call on; when it is a retired
+    sweeper, give the lock back and drop this copy (both raise Ignore)."""
+    task_id = task.request.id
+    if task_id is None:
+        return RUN
+    backend = _backend(config, name)
+    keys = (shaping_key(backend, name, "pending"), shaping_key(backend, name, "retired"))
+    answer = call_sync(Call(SWEEP, keys, (task_id,), "look for a pending call", name), backend)
+    answer = answer.decode() if isinstance(answer, bytes) else str(answer)
+    if answer == "run":
+        return RUN
+    if answer == "sweep" and hand_on(task, config, lock, name):
+        raise Ignore()
+    release_task_hold(lock)
+    logger.info(
+        "redislock: task %s[%s] was the sweeper of a pending call of lock %r that ran "
+        "already; this copy is dropped",
+        task.name,
+        task_id,
+        name,
+    )
+    raise Ignore()
+
+
+def hand_on(task: Task, config: GuardConfig, lock: Lock, name: str) -> bool:
+    """The execution holding *lock* ends: when a call is pending, hand the lock to a new
+    task id and send the pending call under it (True); False when none is pending.
+    Errors are logged, not raised: the execution's own outcome stands (the sweeper
+    still covers a call that was not handed on)."""
+    try:
+        backend = _backend(config, name)
+        keys = (shaping_key(backend, name, "pending"), shaping_key(backend, name, "retired"))
+        pending = call_sync(Call(TAKE, keys, (_KEEP_MS,), "take the pending call", name), backend)
+        if pending is None:
+            return False
+        call = _loads(pending)
+        new_id = uuid()
+        lease = config.ttl or float(setting("REDISLOCK_DEFAULT_TTL"))
+        lock._transfer(new_id, lease)  # the key stays held for the pending run
+        task.apply_async(call["args"], call["kwargs"], task_id=new_id, retries=0)
+    except Exception:
+        logger.error(
+            "redislock: task %s[%s] could not hand the pending call of lock %r on",
+            task.name,
+            task.request.id,
+            name,
+            exc_info=True,
+        )
+        return False
+    logger.info(
+        "redislock: task %s[%s] handed lock %r on to its pending call, task %s",
+        task.name,
+        task.request.id,
+        name,
+        new_id,
+    )
+    return True
