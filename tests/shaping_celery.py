@@ -133,10 +133,11 @@ def unique_rated(self: Any, tag: str, i: int) -> int:
 @app.task(bind=True)
 @single_instance("co:{tag}", ttl=10, coalesce=True)
 def coalesced(self: Any, tag: str, n: int) -> int:
-    """Coalescing runs per tag; run 0 waits for gate:<tag> (its pid is recorded)."""
+    """Coalescing runs per tag; runs 0 and 100+ wait for gate:<tag>:<n> (pids recorded)."""
     probe.rpush(f"rec:{tag}", f"start {_now_us()} {n} {os.getpid()}")
-    for _ in range(20 if n == 0 else 0):  # bounded: 20 s (1 s reads, under the socket timeout)
-        if probe.blpop([f"gate:{tag}"], timeout=1):
+    holds = n == 0 or n >= 100  # these wait for gate:<tag>:<n>
+    for _ in range(20 if holds else 0):  # bounded: 20 s (1 s reads, under the socket timeout)
+        if probe.blpop([f"gate:{tag}:{n}"], timeout=1):
             break
     probe.rpush(f"rec:{tag}", f"end {_now_us()} {n} {os.getpid()}")
     return n

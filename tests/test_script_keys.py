@@ -243,7 +243,7 @@ def _shaping_workload(m: LockManager) -> None:
     retired = shaping_key(backend, "keys:shaped", "retired")
     lock_key = backend.keyspace.keys("keys:shaped").lock
     for script, keys, args in (
-        (shaping_scripts.PEND, (lock_key, pending), ("{}", "t1", 60_000)),
+        (shaping_scripts.PEND, (lock_key, pending, retired), ("{}", "t1", 60_000)),
         (shaping_scripts.SWEEP, (pending, retired), ("t1",)),
         (shaping_scripts.TAKE, (pending, retired), (60_000,)),
     ):

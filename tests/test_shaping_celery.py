@@ -195,7 +195,7 @@ def test_fifty_calls_during_a_run_coalesce_into_one_more_run_with_the_last_argum
     # The sweeper comes back while run 0 holds the key: sent again for the lease's end
     # (>= 6.6 s of the 10 s lease), so only the hand-on can start the pending run soon.
     _await(lambda: worker.log_text(full=True).count(ignored) == 2, "no sweeper back", 15)
-    ca.probe.rpush(f"gate:{tag}", "go")
+    ca.probe.rpush(f"gate:{tag}:0", "go")
     assert first.get(timeout=20) == 0
     _await(lambda: len(_records(tag)) >= 4, "the pending run never ran")
     ended, started = int(_records(tag)[1][1]), int(_records(tag)[2][1])
@@ -224,4 +224,27 @@ def test_a_pending_call_runs_once_after_the_lease_when_the_running_one_is_killed
     _await(lambda: len(_records(tag)) >= 3, "the pending call never ran", timeout=40)
     records = _records(tag)
     assert [(r[0], r[2]) for r in records] == [("start", "0"), ("start", "7"), ("end", "7")]
-    ca.probe.rpush(f"gate:{tag}", "go")  # nobody waits any more: tidy
+    ca.probe.rpush(f"gate:{tag}:0", "go")  # nobody waits any more: tidy
+
+
+def test_a_retired_sweeper_back_while_the_key_is_held_is_dropped(worker: ca.Worker) -> None:
+    """Sweeper S1's call was handed on; it comes back while a later run holds the key
+    and call 2 pends: S1 is dropped, and the pending run is call 2's, not S1's."""
+    tag = uuid.uuid4().hex[:8]
+    first = sc.coalesced.delay(tag, 0)
+    _await(lambda: len(_records(tag)) == 1, "run 0 never started")
+    s1 = sc.coalesced.delay(tag, 1)
+    ignored = f"coalesced[{s1.id}] ignored"
+    _await(lambda: ignored in worker.log_text(full=True), "call 1 never pended")
+    ca.probe.rpush(f"gate:{tag}:0", "go")
+    assert first.get(timeout=20) == 0
+    _await(lambda: len(_records(tag)) == 4, "call 1's run never ran")  # handed on
+    hold = sc.coalesced.delay(tag, 100)
+    _await(lambda: len(_records(tag)) == 5, "run 100 never started")
+    sc.coalesced.delay(tag, 2)  # pends: the slot's new sweeper
+    _await(lambda: ca.probe.exists(f"redislock:pending:{{co:{tag}}}"), "call 2 never pended")
+    _await(lambda: worker.log_text(full=True).count(ignored) == 2, "S1 never came back", 15)
+    ca.probe.rpush(f"gate:{tag}:100", "go")
+    assert hold.get(timeout=20) == 100
+    _await(lambda: len(_records(tag)) == 8, "the pending run never ran")
+    assert [r[2] for r in _records(tag) if r[0] == "start"] == ["0", "1", "100", "2"]

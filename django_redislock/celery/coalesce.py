@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from celery import Task
 from celery.exceptions import Ignore
@@ -90,26 +90,32 @@ def pend(
     for when the holder's lease runs out (raises Ignore).
     """
     backend = _backend(config, name)
-    keys = (backend.keyspace.keys(name).lock, shaping_key(backend, name, "pending"))
+    keys = (
+        backend.keyspace.keys(name).lock,
+        shaping_key(backend, name, "pending"),
+        shaping_key(backend, name, "retired"),
+    )
     call = _dumps({"args": list(call_args), "kwargs": kwargs})
+    # A call that cannot be sent again (eager, or no task id) pends without a sweeper.
+    resendable = task.request.id is not None and not task.request.is_eager
+    me = task.request.id if resendable else ""
     for _ in range(3):
         answer = int(
-            call_sync(
-                Call(PEND, keys, (call, task.request.id or "", _KEEP_MS), "pend a call", name),
-                backend,
-            )
+            call_sync(Call(PEND, keys, (call, me, _KEEP_MS), "pend a call", name), backend)
         )
         if answer == 0:  # released meanwhile: take it
             if lock.acquire(blocking=False):
                 return ACQUIRED
             continue
+        if answer == 3:
+            _drop_retired(task, name)
         logger.info(
             "redislock: task %s[%s] coalesced: its call is the pending one of lock %r",
             task.name,
             task.request.id,
             name,
         )
-        if answer == 1 and not task.request.is_eager:
+        if answer == 1:
             resend(task, lease_left(config.lock_manager().get(name)) or 1)
         return _coalesced(name)
     return _coalesced(name)  # the lock changed hands three times: someone runs
@@ -131,11 +137,15 @@ def sweep(task: Task, config: GuardConfig, lock: Lock, name: str) -> Any:
     if answer == "sweep" and hand_on(task, config, lock, name):
         raise Ignore()
     release_task_hold(lock)
+    _drop_retired(task, name)
+
+
+def _drop_retired(task: Task, name: str) -> NoReturn:
     logger.info(
-        "redislock: task %s[%s] was the sweeper of a pending call of lock %r that ran "
-        "already; this copy is dropped",
+        "redislock: task %s[%s] was the sweeper of a pending call of lock %r that was "
+        "handed on already; this copy is dropped",
         task.name,
-        task_id,
+        task.request.id,
         name,
     )
     raise Ignore()

@@ -105,24 +105,26 @@ STATE = Script("SHAPE_STATE", _STATE)
 # pending call on (it died). ``<prefix>:retired:{<name>}`` is a set of sweeper ids
 # whose pending call was handed on by someone else: when they come back, they drop.
 
-# KEYS[1]: the lock hash, KEYS[2]: pending hash.  ARGV[1]: the call (JSON),
-# ARGV[2]: this execution's task id, ARGV[3]: how long the slot lives (ms).
+# KEYS[1]: the lock hash, KEYS[2]: pending hash, KEYS[3]: retired set.
+# ARGV[1]: the call (JSON), ARGV[2]: this execution's task id ('' for a call that
+# cannot be sent again: no sweeper), ARGV[3]: how long the slot lives (ms).
 # Returns 0 when the lock is free (take it instead), 1 when the call is pending and
 # this execution is its sweeper (it must come back; a sweeper that comes back leaves
 # the later calls' arguments alone), 2 when it is pending and another execution is
-# the sweeper.
+# the sweeper, 3 when this execution is a retired sweeper (its call was handed on:
+# drop it, and leave the later calls' arguments alone).
 _PEND = r"""
-local L, P = KEYS[1], KEYS[2]
+local L, P, R = KEYS[1], KEYS[2], KEYS[3]
+local me = ARGV[2]
 if redis.call('EXISTS', L) == 0 then return 0 end
+if me ~= '' and redis.call('SREM', R, me) == 1 then return 3 end
 local sweeper = redis.call('HGET', P, 'sweeper')
-if sweeper == ARGV[2] then return 1 end  -- the sweeper back: its call is older
+if me ~= '' and sweeper == me then return 1 end
 redis.call('HSET', P, 'call', ARGV[1])
 redis.call('PEXPIRE', P, ARGV[3])
-if not sweeper then
-  redis.call('HSET', P, 'sweeper', ARGV[2])
-  return 1
-end
-return 2
+if sweeper or me == '' then return 2 end
+redis.call('HSET', P, 'sweeper', me)
+return 1
 """
 PEND = Script("SHAPE_PEND", _PEND)
 
