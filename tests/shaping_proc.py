@@ -3,9 +3,12 @@
 It sets up Django with ``tests.settings`` (the parent's Redis, through
 ``REDISLOCK_TEST_REDIS_URL``), starts THREADS callers of one guarded function and,
 once the parent pushes ``go`` to GATE, lets them call it for SECONDS. Each run of
-the body appends ``start <µs> <pid>`` and ``end <µs> <pid>`` (Redis's clock, read by
-the body: a recorder outside the guard) to the list RECORDER. A refused call
-(the rate, the cooldown, or the key held) waits 10-40 ms and calls again.
+the body appends ``start <µs> <µs before the call> <pid>`` and ``end <µs> <pid>``
+(Redis's clock: the caller reads it just before the call, the body when it starts
+and before it returns; a recorder outside the guard) to the list RECORDER. So the
+start was admitted between the two times of its ``start`` entry, and its cooldown
+set after its ``end``. A refused call (the rate, the cooldown, or the key held)
+waits 10-40 ms and calls again.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ def main(mode: str, name: str, spec: str, seconds: str, threads: str, recorder: 
         return int(s) * 1_000_000 + int(us)
 
     @single_instance(name, **options)  # type: ignore[arg-type]
-    def body() -> None:
-        probe.rpush(recorder, f"start {now_us()} {pid}")
+    def body(before: int) -> None:
+        probe.rpush(recorder, f"start {now_us()} {before} {pid}")
         time.sleep(0.005)
         probe.rpush(recorder, f"end {now_us()} {pid}")
 
@@ -55,7 +58,7 @@ def main(mode: str, name: str, spec: str, seconds: str, threads: str, recorder: 
         deadline = time.monotonic() + float(seconds)
         while time.monotonic() < deadline:
             try:
-                body()
+                body(now_us())
             except LockNotAcquired:  # RunLimited too
                 time.sleep(random.uniform(0.01, 0.04))
                 continue
