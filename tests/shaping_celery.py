@@ -2,7 +2,10 @@
 worker of tests/test_shaping_celery.py runs ``-A tests.shaping_celery``.
 
 Each body appends ``start <µs> <i>`` and ``end <µs> <i>`` (Redis's clock) to the
-list ``rec:<tag>``: the recorder outside the guard.
+list ``rec:<tag>``: the recorder outside the guard. For the rate and cooldown tasks,
+Celery's ``task_prerun`` signal (sent before the guarded ``run``) appends
+``pre <µs> <i>`` first, so each start's admission lies between its last ``pre``
+and its ``start``.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import os
 import time
 from typing import Any
+
+from celery.signals import task_prerun
 
 from django_redislock import single_instance
 from django_redislock.celery import SingleInstanceTask
@@ -31,6 +36,21 @@ __all__ = [
 def _now_us() -> int:
     s, us = probe.time()
     return int(s) * 1_000_000 + int(us)
+
+
+#: The tasks whose executions record ``pre`` (their arguments are ``(tag, i)``).
+_BRACKETED = {
+    "tests.shaping_celery.rated",
+    "tests.shaping_celery.cooled",
+    "tests.shaping_celery.limited_retry",
+    "tests.shaping_celery.unique_rated",
+}
+
+
+@task_prerun.connect
+def _before_the_guard(sender: Any = None, args: Any = None, **_: Any) -> None:
+    if getattr(sender, "name", None) in _BRACKETED and args:
+        probe.rpush(f"rec:{args[0]}", f"pre {_now_us()} {args[1]}")
 
 
 def _record(tag: str, i: int, pause: float) -> None:
