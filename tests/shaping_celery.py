@@ -23,6 +23,7 @@ from tests.celery_app import app, probe
 __all__ = [
     "app",
     "coalesced",
+    "debounced",
     "cooled",
     "cooled_skip",
     "limited_callable",
@@ -160,4 +161,12 @@ def coalesced(self: Any, tag: str, n: int) -> int:
         if probe.blpop([f"gate:{tag}:{n}"], timeout=1):
             break
     probe.rpush(f"rec:{tag}", f"end {_now_us()} {n} {os.getpid()}")
+    return n
+
+
+@app.task(bind=True)
+@single_instance("db:{tag}", debounce=1.0)
+def debounced(self: Any, tag: str, n: int) -> int:
+    """Runs once the tag was quiet for 1 s, with the last call's n."""
+    _record(tag, n, 0.0)
     return n

@@ -246,6 +246,11 @@ def _shaping_workload(m: LockManager) -> None:
         (shaping_scripts.PEND, (lock_key, pending, retired), ("{}", "t1", 60_000)),
         (shaping_scripts.SWEEP, (pending, retired), ("t1",)),
         (shaping_scripts.TAKE, (pending, retired), (60_000,)),
+        (
+            shaping_scripts.DEBOUNCE,
+            (shaping_key(backend, "keys:shaped", "debounce"),),
+            ("{}", "t1", 1000, "t2", 60_000),
+        ),
     ):
         call_sync(Call(script, keys, args, "test", "keys:shaped"), backend)
 

@@ -327,6 +327,12 @@ def test_a_view_on_limited_callable_gets_the_refusal() -> None:
         ({"coalesce": True, "on_locked": "retry"}, ValueError, "becomes pending"),
         ({"coalesce": True, "timeout": 5}, ValueError, "no timeout"),
         ({"coalesce": "yes"}, TypeError, "True or False"),
+        ({"debounce": 5, "coalesce": True}, ValueError, "not after a quiet time"),
+        ({"debounce": 5, "rate": "1/s"}, ValueError, "a rate or a cooldown"),
+        ({"debounce": 5, "limit": 2}, ValueError, "runs once"),
+        ({"debounce": 5, "timeout": 3}, ValueError, "no timeout"),
+        ({"debounce": 0}, ValueError, "from 0.01 s to a day"),
+        ({"debounce": "5"}, TypeError, "number of seconds"),
     ],
 )
 def test_misuse_is_refused_when_the_decorator_is_applied(
@@ -354,12 +360,15 @@ def test_a_task_mode_on_a_plain_function_is_a_type_error_at_the_refusal(name: st
         work()
 
 
-def test_coalesce_on_a_plain_function_is_a_type_error_at_the_call(name: str) -> None:
-    @single_instance(name, coalesce=True)
+@pytest.mark.parametrize("option", [{"coalesce": True}, {"debounce": 1}])
+def test_coalesce_and_debounce_on_a_plain_function_are_a_type_error_at_the_call(
+    name: str, option: dict[str, Any]
+) -> None:
+    @single_instance(name, **option)
     def work() -> None:
         pass
 
-    with pytest.raises(TypeError, match="only works on Celery tasks"):
+    with pytest.raises(TypeError, match="only work on Celery tasks"):
         work()
 
 

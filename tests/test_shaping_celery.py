@@ -110,6 +110,8 @@ def test_a_task_in_its_cooldown_with_on_limited_skip_is_skipped(worker: ca.Worke
         ({"lock_coalesce": True, "unique_on_enqueue": True}, "drop one"),
         ({"lock_coalesce": True, "lock_rate": "1/s"}, "a rate or a cooldown"),
         ({"lock_coalesce": True, "on_locked": "wait"}, "becomes pending"),
+        ({"lock_debounce": 2, "unique_on_enqueue": True}, "drop one"),
+        ({"lock_debounce": 2, "lock_cooldown": 5}, "a rate or a cooldown"),
     ],
 )
 def test_task_class_misuse_is_refused_when_the_class_is_made(
@@ -260,3 +262,23 @@ def test_a_retired_sweeper_back_while_the_key_is_held_is_dropped(worker: ca.Work
     assert hold.get(timeout=20) == 100
     _await(lambda: len(_records(tag)) == 8, "the pending run never ran")
     assert [r[2] for r in _records(tag) if r[0] == "start"] == ["0", "1", "100", "2"]
+
+
+def test_twenty_calls_100_ms_apart_debounce_into_one_run_a_quiet_second_after_the_last(
+    worker: ca.Worker,
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    last_sent = 0
+    for n in range(20):
+        if n == 19:
+            seconds, micros = ca.probe.time()
+            last_sent = int(seconds) * 1_000_000 + int(micros)
+        sc.debounced.delay(tag, n)
+        time.sleep(0.1)  # the calls' spacing is the scenario, not a wait for an event
+    events = _events(tag, 1, timeout=30)
+    state = f"redislock:debounce:{{db:{tag}}}"
+    _await(lambda: ca.probe.hget(state, "timer") is None, "a timer is still pending")
+    events = _events(tag, 1, timeout=1)
+    assert [(k, i) for k, _, i in events] == [("start", 19), ("end", 19)]
+    waited = events[0][1] - last_sent
+    assert 1_000_000 - MS_US <= waited < 2_500_000, waited

@@ -56,11 +56,19 @@ from ..guards.guard import (
     release_task_hold,
 )
 from ..guards.keys_template import KeySpec
-from ..guards.shaping import TASK_LIMITED_MODES, Shaping, check_coalesce, finish
+from ..guards.shaping import (
+    TASK_LIMITED_MODES,
+    Shaping,
+    check_coalesce,
+    check_debounce,
+    finish,
+)
 from ..primitives.lock import Lock
 from ..primitives.semaphore import validate_limit
 from .autoretry import autoretry_delay
 from .coalesce import ACQUIRED, hand_on, pend, sweep
+from .debounce import RUN as DEBOUNCE_RUN
+from .debounce import debounce
 from .redelivery import (
     TAKEOVER_TRIES,
     completed,
@@ -71,7 +79,7 @@ from .redelivery import (
     record_completion,
     take_over,
 )
-from .shaping import ADMITTED, settle_start
+from .shaping import ADMITTED, resend, settle_start
 
 logger = logging.getLogger("django_redislock.celery")
 
@@ -160,6 +168,10 @@ def run_guarded(
     """
     task_id = task.request.id
     name, inputs = spec.render_with_inputs(call_args, kwargs)
+    if config.debounce and guard_owner(name) is None:  # not a nested direct call
+        debounced = debounce(task, config, name, call_args, kwargs)
+        if debounced is not DEBOUNCE_RUN:
+            return debounced
     meta = _task_meta(task, task_id, spec, inputs)
     options: dict[str, Any] = {"meta": meta}
     running = None
@@ -190,6 +202,8 @@ def run_guarded(
     else:
         acquired = config.acquire(lock, wait=on_locked == "wait")
     if not acquired:
+        if config.debounce and task_id is not None and not task.request.is_eager:
+            resend(task, lease_left(config.lock_manager().get(name)) or 1)  # the due run
         if not config.coalesce:
             return _task_locked(task, config, on_locked, name, call_args, kwargs)
         outcome = pend(task, config, lock, name, call_args, kwargs)  # the pending run
@@ -414,6 +428,8 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
     * ``lock_coalesce``: a call that finds the key held becomes the one pending
       run, started when the running one ends (see
       :mod:`django_redislock.celery.coalesce`); not with ``unique_on_enqueue``;
+    * ``lock_debounce``: run once the key was quiet this many seconds, with the
+      last call's arguments (see :mod:`django_redislock.celery.debounce`);
     * ``lock_rate``: at most this many starts per sliding window per key
       (``"10/m"``, see ``single_instance(rate=...)``);
     * ``lock_cooldown``: seconds the key stays taken after each run ends
@@ -434,6 +450,7 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
     lock_on_retry: str = "keep"
     lock_manager: Any = None
     lock_coalesce: bool = False
+    lock_debounce: float | None = None
     lock_rate: Any = None
     lock_cooldown: float | None = None
     on_limited: Any = None
@@ -497,6 +514,21 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
             where=cls.__qualname__,
             names=("lock_coalesce", "lock_limit", "lock_timeout"),
         )
+        quiet = check_debounce(
+            cls.lock_debounce,
+            coalesce=coalesce,
+            limit=cls.lock_limit,
+            shaping=shaping,
+            on_locked=None if cls.on_locked == "skip" else cls.on_locked,
+            timeout=cls.lock_timeout,
+            where=cls.__qualname__,
+            names=("lock_debounce", "lock_coalesce", "lock_limit", "lock_timeout"),
+        )
+        if quiet and cls.unique_on_enqueue:
+            raise ValueError(
+                f"{cls.__qualname__}: lock_debounce postpones every call; unique_on_enqueue "
+                "refuses the later calls before they are sent; drop one"
+            )
         if coalesce and cls.unique_on_enqueue:
             raise ValueError(
                 f"{cls.__qualname__}: lock_coalesce makes a call that finds the key held the "
@@ -516,6 +548,7 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
             limit=cls.lock_limit,
             shaping=shaping,
             coalesce=coalesce,
+            debounce=quiet,
         )
 
     def _lock_config(self) -> GuardConfig:

@@ -155,3 +155,42 @@ if redis.call('SREM', R, ARGV[1]) == 1 then return 'drop' end
 return 'run'
 """
 SWEEP = Script("SHAPE_SWEEP", _SWEEP)
+
+# -- debouncing (Celery tasks) ----------------------------------------------------
+# KEYS[1]: the debounce hash ``<prefix>:debounce:{<name>}``: ``call`` (the latest
+# call's arguments, JSON), ``due`` (Redis time, ms, when the key has been quiet long
+# enough), ``timer`` (the task id of the message that comes back at ``due``) and
+# ``fire`` (the task id the due call was sent under).
+# ARGV[1]: this call (JSON), ARGV[2]: this execution's task id ('' when it cannot
+# be sent again), ARGV[3]: the quiet period (ms), ARGV[4]: a fresh task id (used if
+# the call fires now), ARGV[5]: how long the hash outlives its due time (ms).
+# Returns {'run'} (this execution is the due call), {'wait', ms} (the timer, back
+# early: come back in ms), {'fire', call, id} (the timer: send call under id),
+# {'timer', ms} (this call is pending and its message is the timer), or
+# {'debounced'} (this call is pending; another message is the timer).
+_DEBOUNCE = (
+    r"""
+local D = KEYS[1]
+local call, me, quiet, fresh, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local s = redis.call('HMGET', D, 'fire', 'timer', 'due', 'call')
+if me ~= '' and s[1] == me then return {'run'} end
+"""
+    + _CLOCK
+    + r"""
+local now = now_ms()
+if me ~= '' and s[2] == me then
+  local due = tonumber(s[3])
+  if now < due then return {'wait', due - now} end
+  redis.call('HDEL', D, 'timer', 'due', 'call')
+  redis.call('HSET', D, 'fire', fresh)
+  redis.call('PEXPIRE', D, keep)
+  return {'fire', s[4], fresh}
+end
+redis.call('HSET', D, 'call', call, 'due', num(now + quiet))
+redis.call('PEXPIRE', D, quiet + tonumber(keep))
+if s[2] or me == '' then return {'debounced'} end
+redis.call('HSET', D, 'timer', me)
+return {'timer', quiet}
+"""
+)
+DEBOUNCE = Script("SHAPE_DEBOUNCE", _DEBOUNCE)

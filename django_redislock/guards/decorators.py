@@ -43,6 +43,7 @@ from .shaping import (
     admit_held,
     afinish,
     check_coalesce,
+    check_debounce,
     finish,
     limited,
 )
@@ -71,6 +72,7 @@ def single_instance(
     cooldown: float | None = None,
     on_limited: Any = None,
     coalesce: bool = False,
+    debounce: float | None = None,
 ) -> Callable[[F], F]:
     """Let only one call of the decorated function run at a time, per lock key
     (or at most *limit* calls).
@@ -126,6 +128,9 @@ def single_instance(
     :param coalesce: Celery tasks only: a call that finds the key held becomes the
         one pending run (the latest call's arguments), which starts when the running
         one ends; see :mod:`django_redislock.celery.coalesce`.
+    :param debounce: Celery tasks only: run once the key has been quiet for this many
+        seconds, with the last call's arguments; each call postpones the run. See
+        :mod:`django_redislock.celery.debounce`.
 
     Raises ValueError at decoration time when a template names an argument the
     function does not have, or options do not combine (``cooldown`` with
@@ -146,6 +151,14 @@ def single_instance(
         on_locked=None if on_locked is DEFAULT else on_locked,
         timeout=timeout,
     )
+    quiet = check_debounce(
+        debounce,
+        coalesce=coalescing,
+        limit=limit,
+        shaping=shaping,
+        on_locked=None if on_locked is DEFAULT else on_locked,
+        timeout=timeout,
+    )
 
     def decorate(func: F) -> F:
         _check_decoratable(func)
@@ -161,6 +174,7 @@ def single_instance(
             on_redis_error=on_redis_error,
             shaping=shaping,
             coalesce=coalescing,
+            debounce=quiet,
         )
         if inspect.iscoroutinefunction(func):
             wrapper = _async_wrapper(func, config)
@@ -342,8 +356,8 @@ def _call_lock(
     config: GuardConfig, name: str, owner: str | None, request: HttpRequest | None
 ) -> Lock:
     """The lock guarding one call of a view (with *request*) or a plain function."""
-    if config.coalesce:
-        raise TypeError(f"{config.spec.base}: coalesce=True only works on Celery tasks")
+    if config.coalesce or config.debounce:
+        raise TypeError(f"{config.spec.base}: coalesce and debounce only work on Celery tasks")
     return config.make_lock(
         name,
         owner,

@@ -89,6 +89,9 @@ class GuardConfig:
     #: Celery tasks: coalesce calls that find the key held into one pending run
     #: (:mod:`django_redislock.celery.coalesce`).
     coalesce: bool = False
+    #: Celery tasks: run once the key was quiet this many seconds, with the last
+    #: call's arguments (:mod:`django_redislock.celery.debounce`); None: no debounce.
+    debounce: float | None = None
 
     def lock_manager(self) -> LockManager:
         """The manager to make locks with (default: ``django_redislock.locks``)."""

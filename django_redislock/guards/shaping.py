@@ -56,6 +56,7 @@ __all__ = [
     "ShapingUnsupported",
     "aadmit",
     "check_coalesce",
+    "check_debounce",
     "aadmit_held",
     "admit",
     "admit_held",
@@ -255,6 +256,42 @@ def check_coalesce(
     if why is not None:
         raise ValueError(f"{where}: {coalesce_name} does not combine here: {why}")
     return True
+
+
+def check_debounce(
+    debounce: object,
+    *,
+    coalesce: bool,
+    limit: int | None,
+    shaping: Shaping | None,
+    on_locked: Any,
+    timeout: float | None,
+    where: str = "@single_instance",
+    names: tuple[str, str, str, str] = ("debounce", "coalesce", "limit", "timeout"),
+) -> float | None:
+    """*debounce* validated: None, or seconds from 0.01 to a day, and only with options
+    it combines with (a debounced call is postponed, never refused or waited for)."""
+    debounce_name, coalesce_name, limit_name, timeout_name = names
+    if debounce is None:
+        return None
+    if isinstance(debounce, bool) or not isinstance(debounce, (int, float)):
+        raise TypeError(f"{debounce_name} must be a number of seconds, not {debounce!r}")
+    if not (math.isfinite(debounce) and 0.01 <= debounce <= 86400):
+        raise ValueError(f"{debounce_name} must be from 0.01 s to a day, not {debounce!r}")
+    why = None
+    if coalesce:
+        why = f"{coalesce_name} runs the pending call when the run ends, not after a quiet time"
+    elif limit is not None:
+        why = f"{limit_name} lets several run at once, and a debounced key runs once"
+    elif shaping is not None:
+        why = "a rate or a cooldown refuses starts, and the debounced run must start"
+    elif on_locked is not None:
+        why = "on_locked does not apply: the due run waits for a held key"
+    elif timeout != 0:
+        why = f"the due run waits for a held key by itself: no {timeout_name}"
+    if why is not None:
+        raise ValueError(f"{where}: {debounce_name} does not combine here: {why}")
+    return float(debounce)
 
 
 def _keys(backend: Backend | AsyncBackend, name: str) -> tuple[str, str]:
