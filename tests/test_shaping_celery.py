@@ -206,6 +206,7 @@ def test_fifty_calls_during_a_run_coalesce_into_one_more_run_with_the_last_argum
     _await(lambda: ignored in worker.log_text(full=True), "call 1 never pended")
     for n in range(2, 51):  # one after the other, so the last arguments are known
         assert is_skipped(sc.coalesced.delay(tag, n).get(timeout=20))
+    assert shaping_state(sc.coalesced, f"co:{tag}").pending
     # The sweeper comes back while run 0 holds the key: sent again for the lease's end
     # (>= 6.6 s of the 10 s lease), so only the hand-on can start the pending run soon.
     _await(lambda: worker.log_text(full=True).count(ignored) == 2, "no sweeper back", 15)
@@ -223,6 +224,7 @@ def test_fifty_calls_during_a_run_coalesce_into_one_more_run_with_the_last_argum
         ("start", "50"),
         ("end", "50"),
     ]
+    assert not shaping_state(sc.coalesced, f"co:{tag}").pending
 
 
 def test_a_pending_call_runs_once_after_the_lease_when_the_running_one_is_killed(
@@ -275,6 +277,8 @@ def test_twenty_calls_100_ms_apart_debounce_into_one_run_a_quiet_second_after_th
             last_sent = int(seconds) * 1_000_000 + int(micros)
         sc.debounced.delay(tag, n)
         time.sleep(0.1)  # the calls' spacing is the scenario, not a wait for an event
+    due_in = shaping_state(sc.debounced, f"db:{tag}").debounce_due_in
+    assert due_in is not None and 0 < due_in <= 1.0
     events = _events(tag, 1, timeout=30)
     state = f"redislock:debounce:{{db:{tag}}}"
     _await(lambda: ca.probe.hget(state, "timer") is None, "a timer is still pending")
@@ -282,3 +286,4 @@ def test_twenty_calls_100_ms_apart_debounce_into_one_run_a_quiet_second_after_th
     assert [(k, i) for k, _, i in events] == [("start", 19), ("end", 19)]
     waited = events[0][1] - last_sent
     assert 1_000_000 - MS_US <= waited < 2_500_000, waited
+    assert shaping_state(sc.debounced, f"db:{tag}").debounce_due_in is None

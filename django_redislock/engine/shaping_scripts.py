@@ -75,12 +75,14 @@ return ends
 )
 COOL = Script("SHAPE_COOL", _COOL)
 
-# KEYS[1]: rate set, KEYS[2]: cooldown key.  ARGV[1]: window (ms).
+# KEYS[1]: rate set, KEYS[2]: cooldown key, KEYS[3]: pending hash, KEYS[4]: the
+# debounce hash.  ARGV[1]: window (ms).
 # Returns {starts in the window now, ms left of the cooldown (0: none), ms until
-# the oldest start leaves the window (0: empty)}: what the admin shows.
+# the oldest start leaves the window (0: empty), 1 if a coalesced call is pending,
+# ms until the debounced run is due (-1: none pending)}: a key's state in numbers.
 _STATE = (
     r"""
-local R, C = KEYS[1], KEYS[2]
+local R, C, P, D = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local window = tonumber(ARGV[1])
 """
     + _CLOCK
@@ -93,7 +95,11 @@ local frees = 0
 if oldest[2] then frees = tonumber(oldest[2]) + window - now end
 local left = redis.call('PTTL', C)
 if left < 0 then left = 0 end
-return {count, left, frees}
+local pending = redis.call('HEXISTS', P, 'call')
+local due = redis.call('HGET', D, 'due')
+local due_in = -1
+if due then due_in = math.max(0, tonumber(due) - now) end
+return {count, left, frees, pending, due_in}
 """
 )
 STATE = Script("SHAPE_STATE", _STATE)

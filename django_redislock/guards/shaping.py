@@ -469,18 +469,34 @@ class ShapingState:
     cooldown_left: float
     #: Seconds until the oldest start leaves the window (0: the window is empty).
     window_frees_in: float
+    #: Coalescing tasks: whether a call is pending (it runs when the running one ends).
+    pending: bool = False
+    #: Debounced tasks: seconds until the pending run is due (None: none pending).
+    debounce_due_in: float | None = None
 
 
 def shaping_state(guarded: Any, name: str) -> ShapingState:
-    """The rate window's count and the cooldown left of the key *name* of *guarded*: a
-    function decorated with ``@single_instance`` (or a Celery task made from one), or a
-    ``SingleInstanceTask``. Read-only."""
+    """The rate window's count, the cooldown left, the pending coalesced call and the
+    debounce deadline of the key *name* of *guarded*: a function decorated with
+    ``@single_instance`` (or a Celery task made from one), or a ``SingleInstanceTask``.
+    Read-only, one round trip."""
     config = _config_of(guarded)
     shaping = config.shaping or Shaping()
     backend = config.lock_manager().backend()
-    call = Call(STATE, _keys(backend, name), (shaping.window_ms,), "read the shaping", name)
-    count, left, frees = call_sync(call, backend)
-    return ShapingState(int(count), int(left) / 1000, int(frees) / 1000)
+    keys = (
+        *_keys(backend, name),
+        shaping_key(backend, name, "pending"),
+        shaping_key(backend, name, "debounce"),
+    )
+    call = Call(STATE, keys, (shaping.window_ms,), "read the shaping", name)
+    count, left, frees, pending, due_in = call_sync(call, backend)
+    return ShapingState(
+        int(count),
+        int(left) / 1000,
+        int(frees) / 1000,
+        bool(int(pending)),
+        None if int(due_in) < 0 else int(due_in) / 1000,
+    )
 
 
 def _give_back(lock: Lock) -> None:
