@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import signals
 from .engine.backends.base import AsyncBackend, Backend
@@ -28,6 +28,9 @@ from .lock import Lock
 from .rwlock import ReadWriteLock
 from .semaphore import Semaphore
 from .transactions import AtomicLock
+
+if TYPE_CHECKING:
+    from .election import Election
 
 __all__ = ["ExtendResult", "LockManager", "locks"]
 
@@ -125,6 +128,13 @@ class LockManager:
         """Return a :class:`ReadWriteLock` called *name*: its ``read()`` may be held by
         many owners at once, its ``write()`` by one; the options are :class:`Lock`'s."""
         return ReadWriteLock(name, manager=self, **options)
+
+    def election(self, name: str, **options: Any) -> Election:
+        """Return an :class:`~django_redislock.election.Election` called *name* (one
+        candidate); the options are ``Election``'s (``ttl``, ``purpose``, ``extra``)."""
+        from .election import Election
+
+        return Election(name, manager=self, **options)
 
     # -- inspection ------------------------------------------------------------
 
