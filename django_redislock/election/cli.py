@@ -111,6 +111,17 @@ def _manager(url: str | None) -> LockManager:
     return LockManager() if url is None else LockManager(url=url)
 
 
+def run_from_options(manager: LockManager, options: dict[str, Any], command: Sequence[str]) -> int:
+    """``manage.py redislock run``: run the parsed *options* and *command* with *manager*;
+    returns the exit status (bad input: a message and :data:`~.runner.EXIT_USAGE`)."""
+    try:
+        spec = spec_from(options, command)
+    except UsageError as error:
+        print(f"redislock run: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    return run(spec, manager)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m django_redislock run ...``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m django_redislock")
