@@ -55,6 +55,9 @@ EXIT_LOST = 79
 #: CMD could not be executed (not found: 127, not executable: 126, as shells do).
 EXIT_NOT_FOUND, EXIT_NOT_EXECUTABLE = 127, 126
 
+#: Seconds the runner waits for Redis to answer its release before exiting anyway.
+RELEASE_TIMEOUT = 5.0
+
 #: The signals the runner passes on to CMD.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -241,7 +244,11 @@ class Runner:
 
     async def _release(self, quiet: bool = False) -> None:
         try:
-            await self.lock.arelease()
+            # Bounded: behind a partition the lease runs out by itself.
+            await asyncio.wait_for(self.lock.arelease(), RELEASE_TIMEOUT)
+        except asyncio.TimeoutError:
+            if not quiet:
+                self.say(f"no answer to the release in {RELEASE_TIMEOUT:g} s (its lease runs out)")
         except LockNotOwned:
             if not quiet:
                 self.say("the lock was already gone when the command ended")
