@@ -50,7 +50,16 @@ def main(url: str, prefix: str, mode: str) -> None:
     pid = str(os.getpid())
 
     def write(event: str) -> None:
-        script(keys=keys, args=[term, event, pid])
+        # Redis may be restarting (a test does that): retry for a bounded while.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                script(keys=keys, args=[term, event, pid])
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     ending: list[int] = []
 

@@ -28,6 +28,7 @@ import redis
 from django_redislock import LockManager
 from django_redislock.election import Election
 from django_redislock.election.runner import EXIT_BUSY, EXIT_LOST, EXIT_UNAVAILABLE, EXIT_USAGE
+from example_project.embedded_redis import EmbeddedRedis
 from tests.redis_server import RedisServer, free_port
 from tests.tcp_proxy import TcpProxy
 
@@ -488,3 +489,35 @@ def test_manage_py_redislock_run(
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == EXIT_USAGE and "--limit must be 1 or more" in bad.stderr
+
+
+def test_a_redis_restart_deposes_the_leader_and_the_fence_refuses_its_writes(
+    name: str, runners: list[Runner]
+) -> None:
+    # A Redis without persistence forgets the lock: the leader learns it at its next
+    # renewal (within a third of the lease); a standby may be elected before that, so
+    # only the fence keeps the old command's writes out (docs/one-process.md).
+    own = RedisServer()
+    port = own.port
+    try:
+        client = redis.Redis.from_url(own.url, decode_responses=True)
+        events = Events(client, name)
+        runners.append(leader := Runner.start(own.url, name, name, "--wait", "--ttl", "3"))
+        old = events.wait_for("start")
+        runners.append(standby := Runner.start(own.url, name, name, "--wait", "--ttl", "3"))
+        _wait_for_standbys(LockManager(url=own.url), name, 1)
+        client.set(f"{name}:max", old)  # the fence's memory, kept across the restart below
+        own.stop()
+        own = EmbeddedRedis(port=port)
+        own.wait_ready()
+        client.set(f"{name}:max", old)
+        assert leader.wait(15) == EXIT_LOST
+        assert "no longer held" in leader.wait_line("LOST the lock")
+        new = events.wait_for("start", timeout=15)
+        assert new == standby.token and new > old, "tokens keep increasing across the restart"
+        log = [int(row.split()[0]) for row in client.lrange(f"{name}:log", 0, -1)]
+        assert log == sorted(log) and log[-1] == new
+        os.kill(standby.proc.pid, signal.SIGTERM)
+        assert standby.wait() == 128 + signal.SIGTERM
+    finally:
+        own.stop()
