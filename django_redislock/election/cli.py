@@ -108,7 +108,10 @@ def _manager(url: str | None) -> LockManager:
         django.setup()
     from django_redislock import LockManager
 
-    return LockManager() if url is None else LockManager(url=url)
+    if url is None:
+        return LockManager()
+    os.environ["REDISLOCK_URL"] = url  # for the command: beat's LeaderOnly checks its term there
+    return LockManager(url=url)
 
 
 def run_from_options(manager: LockManager, options: dict[str, Any], command: Sequence[str]) -> int:

@@ -224,7 +224,10 @@ class Runner:
         if not exited.done():
             return await self._stop_lost(proc, exited)
         status = _exit_status(exited.result())
-        await self._release()
+        if not await self._release() and status == 0:
+            # (A command that found its own term stale, such as beat's LeaderOnly, exits 0.)
+            self.say(f"exiting {EXIT_LOST}: the command ended after the lock was lost")
+            return EXIT_LOST
         return status
 
     async def _stop_lost(
@@ -242,7 +245,8 @@ class Runner:
         self.say(f"exiting {EXIT_LOST}: the command was stopped because the lock was lost")
         return EXIT_LOST
 
-    async def _release(self, quiet: bool = False) -> None:
+    async def _release(self, quiet: bool = False) -> bool:
+        """Release the lock; False when it turned out to be gone already (lost)."""
         try:
             # Bounded: behind a partition the lease runs out by itself.
             await asyncio.wait_for(self.lock.arelease(), RELEASE_TIMEOUT)
@@ -252,9 +256,11 @@ class Runner:
         except LockNotOwned:
             if not quiet:
                 self.say("the lock was already gone when the command ended")
+            return False
         except LockBackendError as error:
             if not quiet:
                 self.say(f"could not release (its lease runs out by itself): {error}")
+        return True
 
 
 def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
