@@ -24,7 +24,7 @@ from django_redislock.election import ElectionError
 from django_redislock.election.beat import LeaderScheduler
 from django_redislock.election.runner import EXIT_LOST
 from tests.redis_server import RedisServer
-from tests.test_runner import ROOT, Runner, _env, _wait_for_standbys, _wait_gone
+from tests.runners import ROOT, Runner, clean_env, wait_for_standbys, wait_gone
 
 PY = sys.executable
 LEASE = 2.0
@@ -90,7 +90,7 @@ def test_two_beats_under_runners_send_every_tick_once(
     client = redis.Redis.from_url(server.url, decode_responses=True)
     redis.Redis.from_url(f"{server.url[:-2]}/1").flushdb()
     client.delete("beat:ticks", "beat:events")
-    env = _env()
+    env = clean_env()
     env["BEAT_TEST_REDIS"] = server.url[:-2]
     worker = subprocess.Popen(
         [PY, "-m", "celery", "-A", "tests.beat_app", "worker", "-P", "solo", "-l", "warning"],
@@ -119,15 +119,15 @@ def test_two_beats_under_runners_send_every_tick_once(
         first = beat_runner(1)
         ticks(3)
         second = beat_runner(2)
-        _wait_for_standbys(manager, name, 1)
+        wait_for_standbys(manager, name, 1)
         # The leader's runner is SIGKILLed: its beat dies with it; the standby's beat
         # takes over within about a lease.
         os.kill(first.proc.pid, signal.SIGKILL)
-        _wait_gone(first.child_pid, 5)
+        wait_gone(first.child_pid, 5)
         killed_at = time.time()
         ticks(3)
         third = beat_runner(3)
-        _wait_for_standbys(manager, name, 1)
+        wait_for_standbys(manager, name, 1)
         # The leader (runner and beat) is paused past its lease, then resumes.
         os.killpg(second.proc.pid, signal.SIGSTOP)
         try:

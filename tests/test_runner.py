@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,10 +28,18 @@ from django_redislock.election import Election
 from django_redislock.election.runner import EXIT_BUSY, EXIT_LOST, EXIT_UNAVAILABLE, EXIT_USAGE
 from example_project.embedded_redis import EmbeddedRedis
 from tests.redis_server import RedisServer, free_port
+from tests.runners import (
+    PY,
+    ROOT,
+    Events,
+    Runner,
+    assert_one_at_a_time,
+    attempts,
+    clean_env,
+    wait_for_standbys,
+    wait_gone,
+)
 from tests.tcp_proxy import TcpProxy
-
-ROOT = Path(__file__).resolve().parent.parent
-PY = sys.executable
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,128 +67,6 @@ def runners() -> Iterator[list[Runner]]:
     yield made
     for runner in made:
         runner.kill()
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("DJANGO_SETTINGS_MODULE", None)  # the standalone path: --url only
-    env.pop("REDISLOCK_URL", None)
-    return env
-
-
-class Runner:
-    """One ``python -m django_redislock run`` process (in a session of its own, so its
-    process group is the runner and its command), with its stderr read by a thread."""
-
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env or _env(), stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True, start_new_session=True,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    @classmethod
-    def start(
-        cls, url: str, name: str, prefix: str, *options: str, mode: str = "run",
-        child_url: str | None = None,
-    ) -> Runner:  # fmt: skip
-        """A runner of tests/runner_child.py under the lock *name*."""
-        child = [PY, "-m", "tests.runner_child", child_url or url, prefix, mode]
-        return cls(
-            [PY, "-m", "django_redislock", "run", name, "--url", url, *options, "--", *child]
-        )
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            with self._cond:
-                self.lines.append(line.rstrip("\n"))
-                self._cond.notify_all()
-        with self._cond:
-            self.lines.append("<eof>")
-            self._cond.notify_all()
-
-    def wait_line(self, text: str, timeout: float = 15.0) -> str:
-        """The first stderr line containing *text*; fails after *timeout* seconds."""
-        with self._cond:
-            found = self._cond.wait_for(lambda: any(text in line for line in self.lines), timeout)
-            assert found, f"no line with {text!r} within {timeout} s: {self.lines}"
-            return next(line for line in self.lines if text in line)
-
-    @property
-    def child_pid(self) -> int:
-        """The command's pid, from the runner's "started pid N" line."""
-        return int(self.wait_line("started pid").rsplit(" ", 1)[1])
-
-    @property
-    def token(self) -> int:
-        """The hold's fencing token (the command's term), from the runner's line."""
-        return int(self.wait_line("(token ").split("(token ")[1].split(")")[0])
-
-    def wait(self, timeout: float = 15.0) -> int:
-        """The runner's exit status; fails after *timeout* seconds."""
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        """SIGKILL what is left of the runner's process group (clean-up)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait(10)
-
-
-class Events:
-    """The events the children push to ``PREFIX:events``, read with a bounded ``BLPOP``."""
-
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
-        self.client, self.key = client, f"{prefix}:events"
-
-    def next(self, timeout: float = 15.0, *, skip_ticks: bool = True) -> tuple[int, str]:
-        """The next (term, event) (ticks skipped); fails after *timeout* seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, f"no event on {self.key} within {timeout} s"
-            popped = self.client.blpop([self.key], timeout=max(0.01, min(left, 1.0)))
-            if popped is None:
-                continue
-            term, event = popped[1].split(" ", 1)
-            if skip_ticks and event == "tick":
-                continue
-            return int(term), event
-
-    def wait_for(self, wanted: str, term: int | None = None, timeout: float = 15.0) -> int:
-        """Skip events until *wanted* (of *term*, if given); returns its term."""
-        deadline = time.monotonic() + timeout
-        while True:
-            got_term, event = self.next(max(0.01, deadline - time.monotonic()))
-            if event == wanted and (term is None or got_term == term):
-                return got_term
-
-
-def attempts(client: redis.Redis, prefix: str) -> list[tuple[int, str, int]]:
-    """Every write the children tried, in the order Redis ran them: (term, event, pid)."""
-    rows = []
-    for row in client.lrange(f"{prefix}:attempts", 0, -1):
-        term, rest = row.split(" ", 1)
-        event, pid = rest.rsplit(" ", 1)
-        rows.append((int(term), event, int(pid)))
-    return rows
-
-
-def assert_one_at_a_time(client: redis.Redis, prefix: str) -> list[int]:
-    """No two commands' writes interleave, and each command's term is larger than the one
-    before; returns the terms in order."""
-    order: list[int] = []
-    for term, _event, _pid in attempts(client, prefix):
-        if not order or order[-1] != term:
-            assert term not in order, f"term {term} wrote again after another: {order + [term]}"
-            order.append(term)
-    assert order == sorted(order), f"terms not increasing: {order}"
-    return order
 
 
 # -- bad input --------------------------------------------------------------------
@@ -214,7 +98,9 @@ def test_bad_input_never_starts_the_command(
     argv = [PY, "-m", "django_redislock", "run", "bad"]
     for option in options:
         argv += {"CMD": command, "URL": [server.url], "DOWN": [down]}.get(option, [option])
-    result = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        argv, cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == status, result.stderr
     assert message in result.stderr
     assert not marker.exists(), "the command ran despite the bad input"
@@ -223,7 +109,7 @@ def test_bad_input_never_starts_the_command(
 def test_the_command_is_not_found(server: RedisServer, name: str) -> None:
     result = subprocess.run(
         [PY, "-m", "django_redislock", "run", name, "--url", server.url, "--", "/no/such/cmd"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 127
     assert "cannot run '/no/such/cmd'" in result.stderr
@@ -279,7 +165,7 @@ def test_a_waiting_standby_stopped_by_a_signal_leaves_the_queue(
     runners.append(standby := Runner.start(server.url, name, name, "--wait"))
     standby.wait_line("waiting for the lock")
     manager = LockManager(url=server.url)
-    _wait_for_standbys(manager, name, 1)
+    wait_for_standbys(manager, name, 1)
     os.kill(standby.proc.pid, signal.SIGTERM)
     assert standby.wait() == 128 + signal.SIGTERM
     assert "before the command started" in standby.wait_line("stopped by SIGTERM")
@@ -288,16 +174,6 @@ def test_a_waiting_standby_stopped_by_a_signal_leaves_the_queue(
     os.kill(leader.proc.pid, signal.SIGTERM)
     assert leader.wait() == 128 + signal.SIGTERM
     assert {t for t, _, _ in attempts(client, name)} == {leader.token}
-
-
-def _wait_for_standbys(manager: LockManager, name: str, count: int, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        info = manager.get(name)
-        if info is not None and len(info.waiters) >= count:
-            return
-        assert time.monotonic() < deadline, f"fewer than {count} standbys queued"
-        time.sleep(0.02)
 
 
 # -- hot standbys -----------------------------------------------------------------
@@ -312,7 +188,7 @@ def test_three_runners_take_turns_in_order(
     events.wait_for("start")
     for count in (1, 2):
         runners.append(Runner.start(server.url, name, name, "--wait", "--ttl", "30"))
-        _wait_for_standbys(manager, name, count)
+        wait_for_standbys(manager, name, count)
     second, third = runners[1], runners[2]
     # The leader's runner is told to stop: its command ends, the lock is handed on at
     # once (not after the 30 s lease), to the standby first in line.
@@ -339,12 +215,12 @@ def test_sigkill_of_the_leaders_runner_kills_its_command_and_a_standby_takes_ove
     runners.append(leader := Runner.start(server.url, name, name, "--wait", "--ttl", "2"))
     events.wait_for("start")
     runners.append(standby := Runner.start(server.url, name, name, "--wait", "--ttl", "2"))
-    _wait_for_standbys(LockManager(url=server.url), name, 1)
+    wait_for_standbys(LockManager(url=server.url), name, 1)
     child = leader.child_pid
     killed = time.monotonic()
     os.kill(leader.proc.pid, signal.SIGKILL)
     assert leader.wait() == -signal.SIGKILL
-    _wait_gone(child, 5)  # the parent-death signal: the command died with its runner
+    wait_gone(child, 5)  # the parent-death signal: the command died with its runner
     term = events.wait_for("start", timeout=15)
     took = time.monotonic() - killed
     assert term == standby.token
@@ -352,21 +228,6 @@ def test_sigkill_of_the_leaders_runner_kills_its_command_and_a_standby_takes_ove
     os.kill(standby.proc.pid, signal.SIGTERM)
     assert standby.wait() == 128 + signal.SIGTERM
     assert assert_one_at_a_time(client, name) == [leader.token, term]
-
-
-def _wait_gone(pid: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        # (A zombie still answers kill 0: reaped by init soon after it died.)
-        with open(f"/proc/{pid}/stat") as stat:
-            if stat.read().split(") ", 1)[1].startswith("Z"):
-                return
-        assert time.monotonic() < deadline, f"pid {pid} still running after {timeout} s"
-        time.sleep(0.02)
 
 
 def test_a_leader_paused_past_its_lease_is_told_and_its_command_stopped(
@@ -377,7 +238,7 @@ def test_a_leader_paused_past_its_lease_is_told_and_its_command_stopped(
     runners.append(leader := Runner.start(server.url, name, name, "--wait", "--ttl", "1.5"))
     old = events.wait_for("start")
     runners.append(standby := Runner.start(server.url, name, name, "--wait", "--ttl", "1.5"))
-    _wait_for_standbys(manager, name, 1)
+    wait_for_standbys(manager, name, 1)
     os.killpg(leader.proc.pid, signal.SIGSTOP)  # the runner and its command (a host pause)
     try:
         new = events.wait_for("start", timeout=15)  # the standby took over meanwhile
@@ -389,7 +250,7 @@ def test_a_leader_paused_past_its_lease_is_told_and_its_command_stopped(
     assert leader.wait(10) == EXIT_LOST
     assert time.monotonic() - resumed < 5
     assert "LOST the lock" in leader.wait_line("LOST the lock")
-    _wait_gone(leader.child_pid, 5)
+    wait_gone(leader.child_pid, 5)
     # What the resumed command still tried was refused by the fence (its term is stale);
     # the accepted log never goes back to an older term.
     log = [int(row.split()[0]) for row in client.lrange(f"{name}:log", 0, -1)]
@@ -413,7 +274,7 @@ def test_a_partitioned_leader_stops_its_command_before_a_standby_can_start(
         )
         old = events.wait_for("start")
         runners.append(standby := Runner.start(server.url, name, name, "--wait", "--ttl", "2"))
-        _wait_for_standbys(LockManager(url=server.url), name, 1)
+        wait_for_standbys(LockManager(url=server.url), name, 1)
         proxy.blackhole(True)  # the leader's runner cannot reach Redis; its command can
         assert leader.wait(20) == EXIT_LOST
         assert "no renewal was confirmed in time" in leader.wait_line("LOST the lock")
@@ -444,7 +305,7 @@ def test_an_operator_release_stops_the_command(
         assert "SIGKILL" in runner.wait_line("still running after 0.5 s")
     else:
         assert not any("SIGKILL" in line for line in runner.lines)
-    _wait_gone(runner.child_pid, 5)
+    wait_gone(runner.child_pid, 5)
 
 
 def test_limit_runs_up_to_n_commands_at_once(
@@ -456,7 +317,7 @@ def test_limit_runs_up_to_n_commands_at_once(
     terms = {events.wait_for("start"), events.wait_for("start")}
     assert terms == {runners[0].token, runners[1].token}
     runners.append(third := Runner.start(server.url, name, name, "--limit", "2", "--wait"))
-    _wait_for_standbys(LockManager(url=server.url), name, 1)
+    wait_for_standbys(LockManager(url=server.url), name, 1)
     assert not any("started pid" in line for line in third.lines)
     os.kill(runners[0].proc.pid, signal.SIGTERM)
     assert runners[0].wait() == 128 + signal.SIGTERM
@@ -477,7 +338,7 @@ def test_limit_runs_up_to_n_commands_at_once(
 def test_manage_py_redislock_run(
     server: RedisServer, client: redis.Redis, name: str, runners: list[Runner]
 ) -> None:
-    env = _env()
+    env = clean_env()
     env.update(DJANGO_SETTINGS_MODULE="tests.settings", REDISLOCK_TEST_REDIS_URL=server.url)
     child = [PY, "-m", "tests.runner_child", server.url, name, "exit:4"]
     django_admin = str(Path(PY).parent / "django-admin")
@@ -505,7 +366,7 @@ def test_a_redis_restart_deposes_the_leader_and_the_fence_refuses_its_writes(
         runners.append(leader := Runner.start(own.url, name, name, "--wait", "--ttl", "3"))
         old = events.wait_for("start")
         runners.append(standby := Runner.start(own.url, name, name, "--wait", "--ttl", "3"))
-        _wait_for_standbys(LockManager(url=own.url), name, 1)
+        wait_for_standbys(LockManager(url=own.url), name, 1)
         client.set(f"{name}:max", old)  # the fence's memory, kept across the restart below
         own.stop()
         own = EmbeddedRedis(port=port)
