@@ -297,3 +297,45 @@ def test_a_forked_child_does_not_lead(manager: LockManager, name: str) -> None:
     os.waitpid(pid, 0)
     assert election.is_current()
     election.resign()
+
+
+def test_manage_py_redislock_show_lists_leader_and_standbys(
+    manager: LockManager, name: str
+) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    leader, standby = manager.election(name, ttl=5, purpose="beat"), manager.election(name, ttl=5)
+    term = leader.campaign()
+    waiting = threading.Thread(target=lambda: standby.campaign(timeout=10))
+    waiting.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not (leader.leader() or _none()).standbys:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the standby never queued"
+            time.sleep(0.02)
+        out = StringIO()
+        call_command("redislock", "show", name, stdout=out)
+        text = out.getvalue()
+        assert "kind: election" in text and "purpose: beat" in text and f"fence={term}" in text
+        standby_line = next(line for line in text.splitlines() if line.startswith("  #1\t"))
+        assert standby.term is None and f"/{os.getpid()}/" in standby_line
+    finally:
+        leader.resign()
+        waiting.join(10)
+        standby.resign()
+
+
+def test_a_blocking_campaign_in_an_event_loop_is_refused(manager: LockManager, name: str) -> None:
+    from django_redislock.exceptions import BlockingCallInEventLoop
+
+    election = manager.election(name, ttl=5)
+
+    async def main() -> None:
+        with pytest.raises(BlockingCallInEventLoop, match="aacquire"):
+            election.campaign()
+
+    asyncio.run(main())
+    assert election.campaign(timeout=0) > 0  # nothing was left behind by the refusal
+    election.resign()
