@@ -214,6 +214,8 @@ class Runner:
             return EXIT_NOT_FOUND if isinstance(error, FileNotFoundError) else EXIT_NOT_EXECUTABLE
         self._proc = proc
         self.say(f"holds the lock (token {token}); started pid {proc.pid}")
+        if self._stop_signal is not None:  # arrived while CMD was being started: pass it on
+            _signal(proc, self._stop_signal)
         assert self._lost is not None
         exited = asyncio.ensure_future(proc.wait())
         lost = asyncio.ensure_future(self._lost.wait())
