@@ -149,6 +149,8 @@ def test_misuses_are_refused_with_what_to_do(manager: LockManager, name: str) ->
         manager.election(name, purpose=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         election.campaign(timeout=-1)
+    with pytest.raises(TypeError, match="extra"):
+        manager.election(name, extra={"not json": object()})
     assert not election.is_current(term)
 
 

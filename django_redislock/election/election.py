@@ -32,7 +32,12 @@ from django_redislock.engine.driver import call_async, call_sync
 from django_redislock.engine.identity import process_token
 from django_redislock.engine.info import LockInfo, WaiterInfo
 from django_redislock.engine.term_scripts import is_current_script
-from django_redislock.engine.validate import validate_name, validate_seconds, validate_wait
+from django_redislock.engine.validate import (
+    json_dict,
+    validate_name,
+    validate_seconds,
+    validate_wait,
+)
 from django_redislock.exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
 from django_redislock.signals import lock_lost
 
@@ -135,7 +140,7 @@ class Election:
         if purpose is not None and not isinstance(purpose, str):
             raise TypeError(f"purpose must be a str, not {type(purpose).__name__}")
         self.purpose = purpose
-        self.extra = extra
+        self.extra = None if extra is None else json_dict(extra, "extra")
         self._guard = threading.Lock()
         #: The lock of the campaign under way or the leadership held (kept referenced:
         #: the watchdog renews only locks that are alive).
