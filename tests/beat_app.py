@@ -1,6 +1,7 @@
 """The Celery app of the beat tests (tests/test_beat.py): no Django, one periodic task.
 
-``BEAT_TEST_REDIS`` is the test's redis-server URL without a database; the broker is
+``BEAT_TEST_REDIS`` is the test's redis-server URL without a database (with
+``DJANGO_SETTINGS_MODULE`` set, Django is set up for django-celery-beat); the broker is
 its database 1, and the task pushes the time it ran to ``beat:ticks`` in database 0
 (and to ``beat:events``, which the test ``BLPOP``s: no polling).
 """
@@ -12,6 +13,11 @@ import time
 
 import redis
 from celery import Celery
+
+if os.environ.get("DJANGO_SETTINGS_MODULE"):  # django-celery-beat's DatabaseScheduler
+    import django
+
+    django.setup()
 
 BASE = os.environ["BEAT_TEST_REDIS"]
 INTERVAL = float(os.environ.get("BEAT_TEST_INTERVAL", "1.0"))

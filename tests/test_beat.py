@@ -84,14 +84,39 @@ def test_leader_only_outside_a_runner_says_what_to_do(
         _scheduler(server, tmp_path)
 
 
+#: The scheduler classes beat runs with: Celery's default, and django-celery-beat's
+#: DatabaseScheduler (its schedule in a SQLite file the beats share) with LeaderOnly.
+SCHEDULERS = {
+    "persistent": "django_redislock.election.beat:LeaderScheduler",
+    "database": "tests.beat_db:Scheduler",
+}
+
+
+def _beat_env(server: RedisServer, scheduler: str, tmp_path: Path) -> dict[str, str]:
+    env = clean_env()
+    env["BEAT_TEST_REDIS"] = server.url[:-2]
+    if scheduler == "database":
+        pytest.importorskip("django_celery_beat")
+        env.update(
+            DJANGO_SETTINGS_MODULE="tests.settings_beat",
+            BEAT_TEST_DB=str(tmp_path / "beat.sqlite3"),
+            REDISLOCK_TEST_REDIS_URL=server.url,
+        )
+        django_admin = str(Path(PY).parent / "django-admin")
+        subprocess.run(
+            [django_admin, "migrate", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
+        )
+    return env
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
 def test_two_beats_under_runners_send_every_tick_once(
-    server: RedisServer, name: str, tmp_path: Path
+    server: RedisServer, name: str, tmp_path: Path, scheduler: str
 ) -> None:
     client = redis.Redis.from_url(server.url, decode_responses=True)
     redis.Redis.from_url(f"{server.url[:-2]}/1").flushdb()
     client.delete("beat:ticks", "beat:events")
-    env = clean_env()
-    env["BEAT_TEST_REDIS"] = server.url[:-2]
+    env = _beat_env(server, scheduler, tmp_path)
     worker = subprocess.Popen(
         [PY, "-m", "celery", "-A", "tests.beat_app", "worker", "-P", "solo", "-l", "warning"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -102,7 +127,7 @@ def test_two_beats_under_runners_send_every_tick_once(
     def beat_runner(number: int) -> Runner:
         beat = [
             PY, "-m", "celery", "-A", "tests.beat_app", "beat", "-l", "info",
-            "-S", "django_redislock.election.beat:LeaderScheduler",
+            "-S", SCHEDULERS[scheduler],
             "--schedule", str(tmp_path / f"schedule-{number}"),
         ]  # fmt: skip
         argv = [PY, "-m", "django_redislock", "run", name, "--url", server.url, "--wait",
