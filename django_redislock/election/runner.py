@@ -278,8 +278,9 @@ def _exit_status(returncode: int) -> int:
 
 
 def _command_text(command: tuple[str, ...]) -> str:
-    text = " ".join(command)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """The program's name only: its arguments may hold secrets, and the purpose is
+    stored in Redis and shown in the admin."""
+    return os.path.basename(command[0])[:80]
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
