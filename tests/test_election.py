@@ -220,19 +220,38 @@ def test_a_resign_that_finds_the_leadership_taken_reports_it(
     usurper.resign()
 
 
-def test_an_observer_sees_the_change(manager: LockManager, name: str) -> None:
-    election, observer = manager.election(name, ttl=5), manager.election(name)
+def test_an_observer_is_pushed_the_change(manager: LockManager, name: str) -> None:
+    election, observer = manager.election(name, ttl=30), manager.election(name)
     assert observer.wait_for_change(None, 0.2) == (False, None)
     timer = threading.Timer(0.3, election.campaign)
     timer.start()
-    change = observer.wait_for_change(None, 5, poll=0.05)
+    started = time.monotonic()
+    change = observer.wait_for_change(None, 10)
+    took = time.monotonic() - started
     assert change.changed and change.leader is not None and change.leader.term == election.term
+    assert took < 1.5, f"the new leader's announcement woke the observer ({took:.2f} s)"
     term = change.leader.term
     threading.Timer(0.3, election.resign).start()
     started = time.monotonic()
-    change = observer.wait_for_change(term, 5, poll=0.05)
+    change = observer.wait_for_change(term, 10)
     assert change == (True, None)
-    assert time.monotonic() - started < 2
+    # Woken by the resign, not by the 30 s lease running out.
+    assert time.monotonic() - started < 1.5
+
+
+def test_an_observer_wakes_when_a_dead_leaders_lease_runs_out(
+    manager: LockManager, name: str
+) -> None:
+    # A leader that died announces nothing: the lease (1 s, not renewed) runs out.
+    dead = manager.lock(name, ttl=1, auto_renew=False, owner="dead-leader")
+    assert dead.acquire()
+    term = dead.fencing_token
+    observer = manager.election(name)
+    started = time.monotonic()
+    change = observer.wait_for_change(term, 10)
+    took = time.monotonic() - started
+    assert change == (True, None)
+    assert 0.5 < took < 2.5, f"looked again at the lease's end ({took:.2f} s)"
 
 
 def test_asyncio_twins(manager: LockManager, name: str) -> None:
@@ -244,7 +263,7 @@ def test_asyncio_twins(manager: LockManager, name: str) -> None:
             assert leader is not None and leader.term == term
             with pytest.raises(LockNotAcquired):
                 await other.acampaign(timeout=0.2)
-            waiting = asyncio.ensure_future(other.await_for_change(term, 5, poll=0.05))
+            waiting = asyncio.ensure_future(other.await_for_change(term, 5))
         change = await asyncio.wait_for(waiting, 5)
         assert change == (True, None)
         assert not await election.ais_current(term)

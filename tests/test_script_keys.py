@@ -209,7 +209,8 @@ def _reads_workload(m: LockManager) -> None:
     assert m.force_release("keys:held")
     m.backend().scripting_refusals()
     election = m.election("keys:elected", ttl=5)
-    assert election.is_current(election.campaign()) and election.resign()
+    assert election.is_current(election.campaign())  # the campaign announces
+    assert election.wait_for_change(None, 1).changed and election.resign()  # a watch
 
 
 async def _async_workload(m: LockManager) -> None:

@@ -16,7 +16,6 @@ Sync and async methods share every decision (the ``_begin_*`` / ``_settle_*`` /
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django_redislock.engine.calls import Call
 from django_redislock.engine.driver import call_async, call_sync
-from django_redislock.engine.identity import process_token
+from django_redislock.engine.identity import new_nonce, process_token
 from django_redislock.engine.info import LockInfo, WaiterInfo
 from django_redislock.engine.term_scripts import is_current_script
 from django_redislock.engine.validate import (
@@ -38,19 +37,23 @@ from django_redislock.engine.validate import (
     validate_seconds,
     validate_wait,
 )
-from django_redislock.exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
+from django_redislock.exceptions import (
+    LockBackendError,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+)
 from django_redislock.signals import lock_lost
 
 from . import signals
+from .observe import announce_call, read_watch, wake_in, watch_call
 
 if TYPE_CHECKING:
     from django_redislock import Lock, LockManager
     from django_redislock.engine.backends.base import AsyncBackend, Backend
 
 logger = logging.getLogger("django_redislock")
-
-#: How often :meth:`Election.wait_for_change` asks Redis by default (seconds).
-DEFAULT_POLL = 0.2
 
 
 class ElectionError(LockError):
@@ -177,12 +180,7 @@ class Election:
                 f"election {self.name!r} was made in process {self._pid}, not this one "
                 f"({os.getpid()}): make a new Election after fork"
             )
-        if self.manager.backend().features.quorum:
-            raise ElectionError(
-                f"election {self.name!r}: elections need monotonic fencing tokens, which "
-                "Redlock (REDISLOCK_REDLOCK_CACHES) does not give; use a manager on one "
-                "Redis, Sentinel or Cluster"
-            )
+        self._refuse_quorum(self.manager.backend(), "campaign()")
         with self._guard:
             if self._term is not None:
                 raise ElectionError(
@@ -276,11 +274,7 @@ class Election:
                 return None
         if isinstance(term, bool) or not isinstance(term, int):
             raise TypeError(f"term must be an int (a fencing token), not {term!r}")
-        if backend.features.quorum:
-            raise ElectionError(
-                f"election {self.name!r}: is_current() needs monotonic fencing tokens, which "
-                "Redlock does not give"
-            )
+        self._refuse_quorum(backend, "is_current()")
         key = backend.keyspace.keys(self.name).lock.encode()
         return Call(is_current_script, (key,), (str(term).encode(),), "check a term", self.name)
 
@@ -300,7 +294,9 @@ class Election:
         except BaseException:
             self._abandon(lock)
             raise
-        return self._settle_campaign(lock, acquired, timeout)
+        term = self._settle_campaign(lock, acquired, timeout)
+        self._announce()
+        return term
 
     async def acampaign(self, timeout: float | None = None) -> int:
         """:meth:`campaign` for asyncio (a cancelled campaign leaves the queue)."""
@@ -310,7 +306,9 @@ class Election:
         except BaseException:
             self._abandon(lock)
             raise
-        return self._settle_campaign(lock, acquired, timeout)
+        term = self._settle_campaign(lock, acquired, timeout)
+        await self._aannounce()
+        return term
 
     def resign(self) -> bool:
         """Give up the leadership at once (the first standby is handed it).
@@ -333,6 +331,7 @@ class Election:
             self._restore(lock, term)
             raise
         self._changed(None, term)
+        self._announce()
         return True
 
     async def aresign(self) -> bool:
@@ -349,6 +348,7 @@ class Election:
             self._restore(lock, term)
             raise
         self._changed(None, term)
+        await self._aannounce()
         return True
 
     def _settle_taken(self, lock: Lock, term: int) -> bool:
@@ -391,53 +391,85 @@ class Election:
         call = self._term_call(backend, term)
         return call is not None and int(await call_async(call, backend)) == 1
 
-    def wait_for_change(
-        self, known: int | None, timeout: float, *, poll: float = DEFAULT_POLL
-    ) -> Change:
+    def wait_for_change(self, known: int | None, timeout: float) -> Change:
         """Wait until the leading term is not *known* (None: nobody leads), at most
         *timeout* seconds; sends ``leader_changed`` when it changed.
 
-        **A polling fallback**: observers are not pushed the change; this asks Redis
-        every *poll* seconds (one ``HGET``; the whole snapshot once it changed).
-        The candidate whose leadership changed learns it at once.
+        For observers, which do not campaign: they are poked by the new leader's
+        election or the leader's resign (:mod:`.observe`), and also look again when the
+        leader's lease would have run out (a dead leader announces nothing).
         """
-        deadline, poll = self._wait_bounds(timeout, poll)
-        while True:
-            leader = self._changed_leader(known)
-            if leader is not _SAME:
-                return self._report(known, leader)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return Change(False, None)
-            time.sleep(min(poll, left))
+        deadline = self._deadline(timeout)
+        backend = self.manager.backend()
+        self._refuse_quorum(backend, "wait_for_change()")
+        hub = backend.hub()
+        nonce = new_nonce()
+        waiter = hub.register(nonce)
+        try:
+            hub.wait_ready()  # subscribed before registering in Redis: no poke is missed
+            while True:
+                left = deadline - time.monotonic()
+                call = watch_call(backend, self.name, hub.channel, nonce, left)
+                term, pttl = read_watch(call_sync(call, backend))
+                if term != known:
+                    leader = _same_or(known, self.leader())
+                    if leader is not _SAME:
+                        return self._report(known, leader)
+                if left <= 0:
+                    return Change(False, None)
+                hub.wait(waiter, wake_in(pttl, left))
+        finally:
+            hub.unregister(nonce)
 
-    async def await_for_change(
-        self, known: int | None, timeout: float, *, poll: float = DEFAULT_POLL
-    ) -> Change:
-        """:meth:`wait_for_change` for asyncio (polling too)."""
-        deadline, poll = self._wait_bounds(timeout, poll)
-        while True:
-            leader: Leader | None | object = _SAME
-            if known is None or not await self.ais_current(known):
-                leader = _same_or(known, await self.aleader())
-            if leader is not _SAME:
-                return self._report(known, leader)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return Change(False, None)
-            await asyncio.sleep(min(poll, left))
+    async def await_for_change(self, known: int | None, timeout: float) -> Change:
+        """:meth:`wait_for_change` for asyncio."""
+        deadline = self._deadline(timeout)
+        backend = self.manager.source.abackend()
+        self._refuse_quorum(backend, "await_for_change()")
+        hub = backend.hub()
+        nonce = new_nonce()
+        waiter = hub.register(nonce)
+        try:
+            await hub.wait_ready()
+            while True:
+                left = deadline - time.monotonic()
+                call = watch_call(backend, self.name, hub.channel, nonce, left)
+                term, pttl = read_watch(await call_async(call, backend))
+                if term != known:
+                    leader = _same_or(known, await self.aleader())
+                    if leader is not _SAME:
+                        return self._report(known, leader)
+                if left <= 0:
+                    return Change(False, None)
+                await hub.wait(waiter, wake_in(pttl, left))
+        finally:
+            hub.unregister(nonce)
 
     @staticmethod
-    def _wait_bounds(timeout: float, poll: float) -> tuple[float, float]:
-        return (
-            time.monotonic() + validate_seconds(timeout, "timeout"),
-            validate_seconds(poll, "poll"),
-        )
+    def _deadline(timeout: float) -> float:
+        return time.monotonic() + validate_seconds(timeout, "timeout")
 
-    def _changed_leader(self, known: int | None) -> Leader | None | object:
-        if known is not None and self.is_current(known):
-            return _SAME
-        return _same_or(known, self.leader())
+    def _refuse_quorum(self, backend: Backend | AsyncBackend, call: str) -> None:
+        if backend.features.quorum:
+            raise ElectionError(
+                f"election {self.name!r}: {call} needs monotonic fencing tokens, which "
+                "Redlock (REDISLOCK_REDLOCK_CACHES) does not give; use a manager on one "
+                "Redis, Sentinel or Cluster"
+            )
+
+    def _announce(self) -> None:
+        backend = self.manager.backend()
+        try:
+            call_sync(announce_call(backend, self.name), backend)
+        except LockBackendError as error:  # observers still look again at the lease's end
+            logger.warning("redislock: election %r: could not poke observers: %s", self.name, error)
+
+    async def _aannounce(self) -> None:
+        backend = self.manager.source.abackend()
+        try:
+            await call_async(announce_call(backend, self.name), backend)
+        except LockBackendError as error:
+            logger.warning("redislock: election %r: could not poke observers: %s", self.name, error)
 
     def _report(self, known: int | None, leader: Any) -> Change:
         self._changed(None if leader is None else leader.term, known)

@@ -14,8 +14,8 @@ arguments ``election`` (the instance) and ``name`` (the election's name), plus:
 * ``leader_changed``: ``term`` (the term now leading, None: nobody leads as far
   as this process knows) and ``previous`` (the term before, or None). Sent in
   the process whose ``Election`` was elected, resigned or was deposed, at once;
-  and by ``Election.wait_for_change()`` in an observer, which polls (see
-  docs/one-process.md, "Observers").
+  and by ``Election.wait_for_change()`` in an observer, which is poked by elections
+  and resigns (see docs/one-process.md, "Observers").
 """
 
 from django.dispatch import Signal
