@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django_redislock.engine.calls import Call
-from django_redislock.engine.driver import call_async, call_sync
+from django_redislock.engine.driver import call_async, call_sync, run_async, run_sync
 from django_redislock.engine.identity import new_nonce, process_token
 from django_redislock.engine.info import LockInfo, WaiterInfo
 from django_redislock.engine.term_scripts import is_current_script
@@ -47,7 +47,7 @@ from django_redislock.exceptions import (
 from django_redislock.signals import lock_lost
 
 from . import signals
-from .observe import announce_call, read_watch, wake_in, watch_call
+from .observe import announce_call, watch
 
 if TYPE_CHECKING:
     from django_redislock import Lock, LockManager
@@ -402,48 +402,24 @@ class Election:
         deadline = self._deadline(timeout)
         backend = self.manager.backend()
         self._refuse_quorum(backend, "wait_for_change()")
-        hub = backend.hub()
-        nonce = new_nonce()
-        waiter = hub.register(nonce)
-        try:
-            hub.wait_ready()  # subscribed before registering in Redis: no poke is missed
-            while True:
-                left = deadline - time.monotonic()
-                call = watch_call(backend, self.name, hub.channel, nonce, left)
-                term, pttl = read_watch(call_sync(call, backend))
-                if term != known:
-                    leader = _same_or(known, self.leader())
-                    if leader is not _SAME:
-                        return self._report(known, leader)
-                if left <= 0:
-                    return Change(False, None)
-                hub.wait(waiter, wake_in(pttl, left))
-        finally:
-            hub.unregister(nonce)
+        while run_sync(watch(backend.keyspace, self.name, new_nonce(), known, deadline), backend):
+            leader = _same_or(known, self.leader())
+            if leader is not _SAME:
+                return self._report(known, leader)
+        return Change(False, None)
 
     async def await_for_change(self, known: int | None, timeout: float) -> Change:
         """:meth:`wait_for_change` for asyncio."""
         deadline = self._deadline(timeout)
         backend = self.manager.source.abackend()
         self._refuse_quorum(backend, "await_for_change()")
-        hub = backend.hub()
-        nonce = new_nonce()
-        waiter = hub.register(nonce)
-        try:
-            await hub.wait_ready()
-            while True:
-                left = deadline - time.monotonic()
-                call = watch_call(backend, self.name, hub.channel, nonce, left)
-                term, pttl = read_watch(await call_async(call, backend))
-                if term != known:
-                    leader = _same_or(known, await self.aleader())
-                    if leader is not _SAME:
-                        return self._report(known, leader)
-                if left <= 0:
-                    return Change(False, None)
-                await hub.wait(waiter, wake_in(pttl, left))
-        finally:
-            hub.unregister(nonce)
+        while await run_async(
+            watch(backend.keyspace, self.name, new_nonce(), known, deadline), backend
+        ):
+            leader = _same_or(known, await self.aleader())
+            if leader is not _SAME:
+                return self._report(known, leader)
+        return Change(False, None)
 
     @staticmethod
     def _deadline(timeout: float) -> float:
@@ -460,14 +436,14 @@ class Election:
     def _announce(self) -> None:
         backend = self.manager.backend()
         try:
-            call_sync(announce_call(backend, self.name), backend)
+            call_sync(announce_call(backend.keyspace, self.name), backend)
         except LockBackendError as error:  # observers still look again at the lease's end
             logger.warning("redislock: election %r: could not poke observers: %s", self.name, error)
 
     async def _aannounce(self) -> None:
         backend = self.manager.source.abackend()
         try:
-            await call_async(announce_call(backend, self.name), backend)
+            await call_async(announce_call(backend.keyspace, self.name), backend)
         except LockBackendError as error:
             logger.warning("redislock: election %r: could not poke observers: %s", self.name, error)
 
