@@ -335,7 +335,7 @@ def test_limit_runs_up_to_n_commands_at_once(
     assert holder.wait() == 128 + signal.SIGTERM
 
 
-def test_manage_py_redislock_run(
+def test_manage_py_redislock_run_and_project_settings(
     server: RedisServer, client: redis.Redis, name: str, runners: list[Runner]
 ) -> None:
     env = clean_env()
@@ -350,6 +350,13 @@ def test_manage_py_redislock_run(
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == EXIT_USAGE and "--limit must be 1 or more" in bad.stderr
+    # python -m django_redislock without --url or REDISLOCK_URL: the project's settings.
+    child = [PY, "-m", "tests.runner_child", server.url, name, "exit:5"]
+    runners.append(
+        standalone := Runner([PY, "-m", "django_redislock", "run", name, "--", *child], env)
+    )
+    assert standalone.wait(30) == 5
+    assert attempts(client, name)[-1][0] == standalone.token
 
 
 def test_a_redis_restart_deposes_the_leader_and_the_fence_refuses_its_writes(
