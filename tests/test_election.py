@@ -28,15 +28,18 @@ def manager() -> LockManager:
 
 
 class Recorder:
-    """Collects one election signal's sends (from any thread) and lets a test await them."""
+    """Collects one election signal's sends for the election *name* (from any thread:
+    another test's leftovers are not counted) and lets a test await them."""
 
-    def __init__(self, signal: Any) -> None:
-        self.signal = signal
+    def __init__(self, signal: Any, name: str) -> None:
+        self.signal, self.name = signal, name
         self.sent: list[dict[str, Any]] = []
         self._cond = threading.Condition()
         signal.connect(self._receive, weak=False)
 
     def _receive(self, sender: object, **kwargs: Any) -> None:
+        if kwargs.get("name") != self.name:
+            return
         with self._cond:
             self.sent.append(kwargs)
             self._cond.notify_all()
@@ -53,11 +56,11 @@ class Recorder:
 
 
 @pytest.fixture
-def recorders() -> Iterator[dict[str, Recorder]]:
+def recorders(name: str) -> Iterator[dict[str, Recorder]]:
     made = {
-        "elected": Recorder(election_signals.elected),
-        "deposed": Recorder(election_signals.deposed),
-        "changed": Recorder(election_signals.leader_changed),
+        "elected": Recorder(election_signals.elected, name),
+        "deposed": Recorder(election_signals.deposed, name),
+        "changed": Recorder(election_signals.leader_changed, name),
     }
     yield made
     for recorder in made.values():
