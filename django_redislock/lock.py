@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 
     from .engine.backends.base import AsyncBackend, Backend
     from .engine.info import HolderInfo, LockInfo
+    from .fencing import GuardedRedis
 
 logger = logging.getLogger("django_redislock")
 
@@ -819,6 +820,37 @@ class Lock:
             return
         logger.error("redislock: lock %r lost: %s", self.name, reason)
         signals.lock_lost.send(sender=Lock, lock=self, name=self.name, owner=owner, reason=reason)
+
+    # -- store-enforced fencing (docs/fencing.md) ----------------------------------
+
+    def check(self) -> int:
+        """Ask Redis, in one round trip, whether the caller's hold is still current;
+        return its fencing token, else raise
+        :class:`~django_redislock.exceptions.StaleFencingToken` (a :class:`LockLost`)."""
+        from .fencing import current
+
+        token = current.held_token(self.name, self._kind.primitive, self.fencing_token)
+        return current.check(self._source.backend(), self.name, token)
+
+    def acheck(self) -> Coroutine[Any, Any, int]:
+        """:meth:`check` for asyncio (the hold is the calling task's)."""
+        from .fencing import current
+
+        token = current.held_token(self.name, self._kind.primitive, self.fencing_token)
+
+        async def check() -> int:
+            return await current.acheck(self._source.abackend(), self.name, token)
+
+        return check()
+
+    def guarded(self) -> GuardedRedis:
+        """Writes to Redis that are made only while the caller's hold is current (each
+        atomic with its check, one round trip): ``held.guarded().incrby(key, 5)``. See
+        :class:`~django_redislock.fencing.GuardedRedis`."""
+        from .fencing import GuardedRedis, current
+
+        token = current.held_token(self.name, self._kind.primitive, self.fencing_token)
+        return GuardedRedis(self._source, self.name, token)
 
     # -- context managers ------------------------------------------------------
 
