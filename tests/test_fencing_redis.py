@@ -162,14 +162,14 @@ def test_async_guarded_writes(name: str, redis_client: redis.Redis) -> None:
             assert await g.adelete(f"{k}:s") == 1
             await locks.aforce_release(name)
             for write in (
-                g.aset(f"{k}:s", "stale"),
-                g.ahset(f"{k}:h", {"a": "stale"}),
-                g.aincrby(f"{k}:n", 1),
-                g.adelete(f"{k}:h"),
-                g.aexecute("SADD", f"{k}:set", "stale"),
+                lambda: g.aset(f"{k}:s", "stale"),
+                lambda: g.ahset(f"{k}:h", {"a": "stale"}),
+                lambda: g.aincrby(f"{k}:n", 1),
+                lambda: g.adelete(f"{k}:h"),
+                lambda: g.aexecute("SADD", f"{k}:set", "stale"),
             ):
                 with pytest.raises(StaleFencingToken):
-                    await write
+                    await write()
         await locks.source.abackend().aclose()
 
     with pytest.raises(LockLost):
@@ -251,3 +251,46 @@ def test_every_fencing_script_names_its_keys(name: str) -> None:
         server.stop()
     expected = _package_scripts(fenced_scripts)
     assert set(expected) <= sent, "a fencing script was not sent"
+
+
+# -- Redis Cluster ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_on_a_cluster_guarded_writes_run_in_the_locks_slot(name: str) -> None:
+    from redis.crc import key_slot
+
+    from tests.redis_cluster import shared_cluster
+
+    cluster = shared_cluster()
+    m = LockManager(client=cluster.client())
+    client = cluster.client()
+    with pytest.raises(LockLost), m.lock(name, ttl=30) as held:
+        g = held.guarded()
+        assert g.hash_tag == "{" + name + "}"
+        key = f"balance:{g.hash_tag}"
+        assert key_slot(key.encode()) == key_slot(m.backend().keyspace.keys(name).lock.encode())
+        assert held.check() == held.fencing_token
+        assert g.incrby(key, 7) == 7
+        assert g.hset(f"meta:{g.hash_tag}", {"by": "holder"}) == 1
+        with pytest.raises(ValueError, match=r"is in Redis Cluster slot .*'balance:\{") as wrong:
+            g.set("balance:elsewhere", "x")
+        assert "hash tag" in str(wrong.value)
+        with pytest.raises(ValueError, match="slot"):
+            g.delete(key, "another-key")
+        m.force_release(name)
+        with pytest.raises(StaleFencingToken):
+            g.incrby(key, 1)
+        assert not m.is_current(name, held.fencing_token)  # type: ignore[arg-type]
+
+        async def stale_async() -> None:
+            try:
+                with pytest.raises(StaleFencingToken):
+                    await g.aincrby(key, 1)
+                assert not await m.ais_current(name, g.token)
+            finally:
+                await m.source.abackend().aclose()
+
+        asyncio.run(stale_async())
+    assert client.get(key) == b"7"
+    assert client.get("balance:elsewhere") is None
