@@ -23,6 +23,7 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
     LockUpgradeError,
+    StaleFencingToken,
 )
 from .lock import Lock
 from .manager import LockManager, locks
@@ -43,6 +44,7 @@ __all__ = [
     "LockUpgradeError",
     "ReadWriteLock",
     "Semaphore",
+    "StaleFencingToken",
     "locks",
     "single_instance",
 ]

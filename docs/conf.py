@@ -65,7 +65,7 @@ exclude_patterns = ["_build", "images/benchmarks/README.md"]
 # change adds later are listed too and only included once the file exists.
 NAV: list[tuple[str, list[str]]] = [
     ("Getting started", ["overview", "quickstart", "locks", "views", "celery"]),
-    ("Guides", ["primitives", "admin", "metrics", "settings", "testing", "without-django"]),
+    ("Guides", ["primitives", "fencing", "admin", "metrics", "settings", "testing", "without-django"]),
     ("Running it", ["topology", "cluster", "redlock", "failures", "benchmarks"]),
     ("Reference", ["api", "architecture", "development", "changelog"]),
     (
