@@ -282,20 +282,20 @@ class LockManager:
 
     # -- store-enforced fencing and several locks (docs/fencing.md, docs/locks.md) --
 
-    def is_current(self, name: str, token: int) -> bool:
+    def is_current(self, name: str, token: int | None) -> bool:
         """Whether the lock *name* is held with the fencing token *token* now (one round
         trip; a token handed to another process works as well as a hold's own)."""
         from .fencing import current
 
         return current.is_current(self.backend(), name, token)
 
-    async def ais_current(self, name: str, token: int) -> bool:
+    async def ais_current(self, name: str, token: int | None) -> bool:
         """:meth:`is_current` for asyncio."""
         from .fencing import current
 
         return await current.ais_current(self.source.abackend(), name, token)
 
-    def guarded(self, name: str, token: int) -> GuardedRedis:
+    def guarded(self, name: str, token: int | None) -> GuardedRedis:
         """Writes to Redis made only while the lock *name* is held with *token* (see
         :class:`~django_redislock.fencing.GuardedRedis`); ``held.guarded()`` for a hold."""
         from .fencing import GuardedRedis

@@ -67,7 +67,7 @@ def main(name: str, ttl: str, prefix: str, pk: str) -> None:
 
             async def asynchronous() -> None:
                 steps: dict[str, Callable[[], Awaitable[Any]]] = {
-                    "acheck": lambda: locks.ais_current(name, token),  # type: ignore[arg-type]
+                    "acheck": lambda: locks.ais_current(name, token),
                     "aset": lambda: g.aset(f"{prefix}:s", "zombie"),
                     "ahset": lambda: g.ahset(f"{prefix}:h", {"by": "zombie"}),
                     "aincrby": lambda: g.aincrby(f"{prefix}:n", 1),

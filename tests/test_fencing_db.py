@@ -132,7 +132,7 @@ def test_afenced_update(db_alias: str) -> None:
 def test_misuse_is_refused_with_a_named_error(db_alias: str) -> None:
     rows = Invoice.objects.using(db_alias)
     with pytest.raises(TypeError, match="token is None"):
-        rows.fenced_update(token=None, total=1)  # type: ignore[arg-type]
+        rows.fenced_update(token=None, total=1)
     with pytest.raises(TypeError, match="is an int"):
         rows.fenced_update(token=True, total=1)
     with pytest.raises(ValueError, match="positive"):

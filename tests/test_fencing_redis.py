@@ -40,7 +40,7 @@ def test_check_returns_the_token_while_held_and_raises_once_taken_over(name: str
             held.check()
         assert refused.value.current == other.fencing_token
         assert f"held with token {other.fencing_token} now" in str(refused.value)
-        assert locks.is_current(name, other.fencing_token)  # type: ignore[arg-type]
+        assert locks.is_current(name, other.fencing_token)
         other.release()
     assert lock.fencing_token is None  # the hold is gone once the block ended
 
@@ -50,11 +50,11 @@ def test_acheck_and_ais_current(name: str) -> None:
         async with locks.lock(name, ttl=30) as held:
             token = held.fencing_token
             assert await held.acheck() == token
-            assert await locks.ais_current(name, token)  # type: ignore[arg-type]
+            assert await locks.ais_current(name, token)
             await locks.aforce_release(name)
             with pytest.raises(StaleFencingToken):
                 await held.acheck()
-            assert not await locks.ais_current(name, token)  # type: ignore[arg-type]
+            assert not await locks.ais_current(name, token)
         await locks.source.abackend().aclose()
 
     with pytest.raises(LockLost):  # leaving the block: the hold was lost
@@ -75,11 +75,11 @@ def test_misuse_of_check_is_refused_with_a_named_error(name: str) -> None:
     with pytest.raises(LockNotOwned):
         locks.lock(name).guarded()
     with pytest.raises(TypeError, match="token is None"):
-        locks.is_current(name, None)  # type: ignore[arg-type]
+        locks.is_current(name, None)
     with pytest.raises(TypeError, match="is an int"):
         locks.is_current(name, True)
     with pytest.raises(TypeError, match="is an int"):
-        locks.is_current(name, "17")  # type: ignore[arg-type]
+        locks.is_current(name, "17")
     with pytest.raises(ValueError, match="positive"):
         locks.is_current(name, 0)
     with pytest.raises(ValueError):
@@ -127,7 +127,7 @@ def test_a_stale_holder_writes_nothing(name: str, redis_client: redis.Redis) -> 
             locks.force_release(name)
             successor = locks.lock(name, owner="successor")
             assert successor.acquire()
-            new = locks.guarded(name, successor.fencing_token)  # type: ignore[arg-type]
+            new = locks.guarded(name, successor.fencing_token)
             assert new.set(f"{k}:s", "successor")
             refusals = [
                 lambda: g.set(f"{k}:s", "stale"),
@@ -202,7 +202,7 @@ def test_misuse_of_guarded_writes_is_refused_with_a_named_error(name: str) -> No
         with pytest.raises(TypeError, match="non-empty str or bytes"):
             g.execute("GET", 7)
     with pytest.raises(TypeError, match="token is None"):
-        locks.guarded(name, None)  # type: ignore[arg-type]
+        locks.guarded(name, None)
 
 
 def test_a_command_error_is_a_backend_error_and_writes_nothing(
@@ -235,7 +235,7 @@ def test_redlock_refuses_checks_and_guarded_writes(masters: list[RedisServer], n
             with pytest.raises(FencingUnsupported, match="every master keeps its own copy"):
                 call()
         with pytest.raises(FencingUnsupported):
-            m.is_current(name, held.fencing_token)  # type: ignore[arg-type]
+            m.is_current(name, held.fencing_token)
 
 
 def test_every_fencing_script_names_its_keys(name: str) -> None:
@@ -281,7 +281,7 @@ def test_on_a_cluster_guarded_writes_run_in_the_locks_slot(name: str) -> None:
         m.force_release(name)
         with pytest.raises(StaleFencingToken):
             g.incrby(key, 1)
-        assert not m.is_current(name, held.fencing_token)  # type: ignore[arg-type]
+        assert not m.is_current(name, held.fencing_token)
 
         async def stale_async() -> None:
             try:

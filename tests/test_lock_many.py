@@ -195,6 +195,18 @@ def test_on_a_cluster_names_in_different_slots() -> None:
     assert m.get_many(names) == []
     assert _opposite_orders(m, names, 20) == []
 
+    async def main() -> None:
+        try:
+            async with m.lock_many(names[::-1], ttl=30, timeout=5) as held:
+                assert held.names == tuple(sorted(names))
+                assert len(await m.aget_many(names)) == 3
+                assert all([await lock.acheck() for lock in held])
+            assert await m.aget_many(names) == []
+        finally:
+            await m.source.abackend().aclose()
+
+    asyncio.run(main())
+
 
 # -- real processes -------------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ def refuse_quorum(backend: Backend | AsyncBackend, name: str, what: str) -> None
         raise FencingUnsupported(f"lock {name!r}: {what} is not available: {REDLOCK_REFUSAL}")
 
 
-def check_call(backend: Backend | AsyncBackend, name: str, token: int) -> Call:
+def check_call(backend: Backend | AsyncBackend, name: str, token: int | None) -> Call:
     """The call that asks whether the lock *name* is held with *token* (read only)."""
     name = validate_name(name)
     token = validate_token(token)
@@ -116,7 +116,7 @@ class Write(NamedTuple):
     convert: Callable[[Any], Any] = lambda reply: reply
 
 
-def write_call(backend: Backend | AsyncBackend, name: str, token: int, write: Write) -> Call:
+def write_call(backend: Backend | AsyncBackend, name: str, token: int | None, write: Write) -> Call:
     """The call that runs *write* only while the lock *name* is held with *token*."""
     name = validate_name(name)
     token = validate_token(token)

@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from django_redislock.engine.backends.base import AsyncBackend, Backend
 
 
-def is_current(backend: Backend, name: str, token: int) -> bool:
+def is_current(backend: Backend, name: str, token: int | None) -> bool:
     """Whether the lock *name* is held with the fencing token *token* right now."""
     return check_outcome(call_sync(check_call(backend, name, token), backend))[0]
 
 
-async def ais_current(backend: AsyncBackend, name: str, token: int) -> bool:
+async def ais_current(backend: AsyncBackend, name: str, token: int | None) -> bool:
     """:func:`is_current` for asyncio."""
     return check_outcome(await call_async(check_call(backend, name, token), backend))[0]
 

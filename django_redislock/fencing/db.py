@@ -67,7 +67,7 @@ def fencing_field(model: type[models.Model]) -> str:
 class FencedQuerySet(models.QuerySet[_M]):
     """A QuerySet whose :meth:`fenced_update` the database refuses for a stale token."""
 
-    def fenced_update(self, *, token: int, **fields: Any) -> int:
+    def fenced_update(self, *, token: int | None, **fields: Any) -> int:
         """``update(**fields)`` only if no matched row accepted a larger token than
         *token*; the rows then remember *token*. Returns how many rows were written
         (0 when the queryset matches none). Raises
@@ -96,7 +96,7 @@ class FencedQuerySet(models.QuerySet[_M]):
                 )
         return int(written)
 
-    async def afenced_update(self, *, token: int, **fields: Any) -> int:
+    async def afenced_update(self, *, token: int | None, **fields: Any) -> int:
         """:meth:`fenced_update` for asyncio (in a thread, like Django's ``aupdate``)."""
         return int(await sync_to_async(self.fenced_update)(token=token, **fields))
 

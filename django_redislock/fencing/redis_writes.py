@@ -105,7 +105,7 @@ class GuardedRedis:
     again (it may have been made).
     """
 
-    def __init__(self, source: Source, name: str, token: int) -> None:
+    def __init__(self, source: Source, name: str, token: int | None) -> None:
         self.name = validate_name(name)
         self.token = validate_token(token)
         self._source = source
