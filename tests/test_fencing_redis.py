@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from django_redislock import LockLost, LockManager, LockNotOwned, locks
+from django_redislock import LockLost, LockManager, LockMismatch, LockNotOwned, locks
 from django_redislock.engine import fenced_scripts
 from django_redislock.exceptions import FencingUnsupported, StaleFencingToken
 from tests.redis_server import RedisServer
@@ -89,6 +89,11 @@ def test_misuse_of_check_is_refused_with_a_named_error(name: str) -> None:
             permit.check()
         with pytest.raises(FencingUnsupported, match="for mutexes"):
             permit.guarded()
+        # A token checked against a name a semaphore uses: the name is refused, not "stale".
+        with pytest.raises(LockMismatch, match="in use as a semaphore"):
+            locks.is_current(name, 5)
+        with pytest.raises(LockMismatch, match="in use as a semaphore"):
+            locks.guarded(name, 5).set(f"{name}:k", "v")
 
 
 # -- guarded writes ------------------------------------------------------------------

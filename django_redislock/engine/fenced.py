@@ -17,6 +17,7 @@ from redis.crc import key_slot
 from ..exceptions import FencingUnsupported, LockBackendError, StaleFencingToken
 from .calls import AmbiguousReply, Call
 from .fenced_scripts import check_script, guarded_write_script
+from .shared import refusal
 from .validate import validate_name
 
 if TYPE_CHECKING:
@@ -60,16 +61,19 @@ def check_call(backend: Backend | AsyncBackend, name: str, token: int | None) ->
     return Call(check_script, (lock_key,), (str(token),), "check the hold", name)
 
 
-def check_outcome(reply: Any) -> tuple[bool, int | None]:
-    """A CHECK reply: (current, the current holder's token when it is not; None: free)."""
+def check_outcome(reply: Any, name: str) -> tuple[bool, int | None]:
+    """A CHECK reply: (current, the current holder's token when it is not; None: free).
+    A name in use as a semaphore or read-write lock raises LockMismatch."""
+    if isinstance(reply, (bytes, str)):
+        raise refusal(reply, name, "mutex")
     if reply == 1:
         return True, None
-    return False, None if reply is None else int(reply)
+    return False, int(reply[0]) if reply and reply[0] is not None else None
 
 
 def checked(reply: Any, name: str, token: int) -> int:
     """*token* when a CHECK reply says the hold is current, else raise StaleFencingToken."""
-    current, holder = check_outcome(reply)
+    current, holder = check_outcome(reply, name)
     if not current:
         raise stale(name, token, holder, None)
     return token
@@ -160,7 +164,10 @@ def _target(write: Write) -> str:
 
 
 def write_outcome(reply: Any, call: Call, token: int, write: Write) -> Any:
-    """The value of a guarded write's reply, or raise :class:`StaleFencingToken`."""
+    """The value of a guarded write's reply, or raise :class:`StaleFencingToken` (a
+    name in use as a semaphore or read-write lock: LockMismatch)."""
+    if isinstance(reply, (bytes, str)):
+        raise refusal(reply, call.name or "", "mutex")
     if int(reply[0]) == 1:
         return write.convert(reply[1])
     current = int(reply[1]) if len(reply) > 1 and reply[1] is not None else None

@@ -13,12 +13,14 @@ from __future__ import annotations
 from .scripts import Script
 
 # KEYS[1]: the lock hash.  ARGV[1]: a fencing token.
-# Returns 1 when the lock is held with that token; else the current holder's
-# token (a string), or nil when nobody holds the lock.
+# Returns 1 when the lock is held with that token; else {the current holder's
+# token} ({} when nobody holds the lock); 'TYPE <primitive>' when the name is a
+# semaphore's or read-write lock's (whose hash has no one current token).
 CHECK = r"""
-local fence = redis.call('HGET', KEYS[1], 'fence')
-if fence == ARGV[1] then return 1 end
-return fence
+local h = redis.call('HMGET', KEYS[1], 'fence', 'type')
+if h[2] then return 'TYPE ' .. h[2] end
+if h[1] == ARGV[1] then return 1 end
+return {h[1]}
 """
 
 # KEYS[1]: the lock hash; KEYS[2..]: the keys the command writes (its first arguments).
@@ -26,10 +28,11 @@ return fence
 # Runs the command only while the lock is held with that token, in the same script,
 # so no other holder can be granted in between.
 # Returns {1, the command's reply} when it ran; {0, the current token} when it was
-# refused ({0} when nobody holds the lock).
+# refused ({0} when nobody holds the lock); 'TYPE <primitive>' as CHECK does.
 GUARDED_WRITE = r"""
-local fence = redis.call('HGET', KEYS[1], 'fence')
-if fence ~= ARGV[1] then return {0, fence} end
+local h = redis.call('HMGET', KEYS[1], 'fence', 'type')
+if h[2] then return 'TYPE ' .. h[2] end
+if h[1] ~= ARGV[1] then return {0, h[1]} end
 local args = {}
 for i = 2, #KEYS do args[#args + 1] = KEYS[i] end
 for i = 3, #ARGV do args[#args + 1] = ARGV[i] end

@@ -19,12 +19,13 @@ if TYPE_CHECKING:
 
 def is_current(backend: Backend, name: str, token: int | None) -> bool:
     """Whether the lock *name* is held with the fencing token *token* right now."""
-    return check_outcome(call_sync(check_call(backend, name, token), backend))[0]
+    return check_outcome(call_sync(check_call(backend, name, token), backend), name)[0]
 
 
 async def ais_current(backend: AsyncBackend, name: str, token: int | None) -> bool:
     """:func:`is_current` for asyncio."""
-    return check_outcome(await call_async(check_call(backend, name, token), backend))[0]
+    reply = await call_async(check_call(backend, name, token), backend)
+    return check_outcome(reply, name)[0]
 
 
 def check(backend: Backend, name: str, token: int) -> int:
