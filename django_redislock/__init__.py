@@ -17,6 +17,7 @@ from .engine.info import LockInfo
 from .exceptions import (
     LimitMismatch,
     LockBackendError,
+    LockDeadlock,
     LockError,
     LockLost,
     LockMismatch,
@@ -34,6 +35,7 @@ __all__ = [
     "LimitMismatch",
     "Lock",
     "LockBackendError",
+    "LockDeadlock",
     "LockError",
     "LockInfo",
     "LockLost",

@@ -205,3 +205,24 @@ class FencingUnsupported(LockError):
     """A store-enforced fencing call (``check()``, a guarded write) was asked of a
     backend where one script cannot check the hold and act on it: Redlock, whose
     masters each keep their own copy of the lock (see docs/fencing.md)."""
+
+
+class LockDeadlock(LockNotAcquired):
+    """A wait was refused because it closed a cycle of waiters: each waits for a lock
+    the next one holds, so none of them would ever get it.
+
+    Raised by an acquire with ``deadlock_timeout`` that has waited that long: the
+    youngest wait of the cycle (the one that began last) is refused, and nothing it
+    waited for is held by it. ``cycle`` lists the cycle's edges as ``(owner, lock
+    name it waits for, owner holding that lock)``, starting with this wait's.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        cycle: tuple[tuple[str, str, str], ...] = (),
+    ) -> None:
+        super().__init__(message, name=name)
+        self.cycle = cycle

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import signals
 from .conf import setting
-from .engine import flows
+from .engine import deadlock, flows
 from .engine.calls import Attempt, Call, NotReplicated
 from .engine.driver import call_async, call_sync, run_async, run_sync
 from .engine.guarding import guard_owner
@@ -120,6 +120,10 @@ class Lock:
         takes over the hold its task id took at enqueue time. Without an explicit
         ``owner``, inside a guarded task, view or function, a lock on the guard's
         own name is owned by the guard (see ``engine/guarding.py``).
+    :param deadlock_timeout: seconds a blocking acquire waits before it looks for a
+        cycle of waiters (each waiting for a lock the next holds): the cycle's youngest
+        wait is refused with :class:`~django_redislock.exceptions.LockDeadlock`. None
+        (default): never. Mutexes on one Redis or a Cluster; see docs/locks.md.
     :param fair: ``True`` (default): a release hands the lock to the first
         waiter (FIFO). ``False``: a release frees it and wakes the first waiter,
         and whoever asks first gets it, the releasing process included
@@ -152,8 +156,18 @@ class Lock:
         wait_replicas: int | None = None,
         fair: bool = True,
         inherit_from: str | bytes | None = None,
+        deadlock_timeout: float | None = None,
     ) -> None:
         self.name = validate_name(name)
+        if deadlock_timeout is not None and self._shared is not None:
+            raise ValueError("deadlock_timeout is for mutexes (locks.lock) only")
+        #: How long a blocking acquire waits before it looks for a wait-for cycle
+        #: (None: never; see engine/deadlock.py and docs/locks.md).
+        self.deadlock_timeout = (
+            None
+            if deadlock_timeout is None
+            else validate_seconds(deadlock_timeout, "deadlock_timeout")
+        )
         if self._shared is not None and (no_expiry or ttl is None):
             raise ValueError(
                 f"{type(self).__name__} {name!r}: ttl=None (no_expiry) is not supported here: "
@@ -335,10 +349,14 @@ class Lock:
                 _count_arg(known_holds.get((prefix, counted, owner)))
                 for counted in self._kind.known_names(self.name)
             )
+        nonce = new_nonce()
+        watch = None
+        if blocking and self.deadlock_timeout is not None:
+            watch = deadlock.watch_for(backend, owner, self.name, nonce, self.deadlock_timeout)
         return flows.AcquireOp(
             keys,
             owner,
-            new_nonce(),
+            nonce,
             self._ttl_arg,
             self._meta(),
             backend.retention_arg,
@@ -350,6 +368,7 @@ class Lock:
             on_contended=on_contended,
             replicas=self.wait_replicas,
             kind=self._kind,
+            deadlock=watch,
         )
 
     def acquire(
