@@ -16,12 +16,14 @@ from .engine.info import LockInfo
 from .exceptions import (
     LimitMismatch,
     LockBackendError,
+    LockDeadlock,
     LockError,
     LockLost,
     LockMismatch,
     LockNotAcquired,
     LockNotOwned,
     LockUpgradeError,
+    StaleFencingToken,
 )
 from .guards.decorators import single_instance
 from .primitives.lock import Lock
@@ -33,6 +35,7 @@ __all__ = [
     "LimitMismatch",
     "Lock",
     "LockBackendError",
+    "LockDeadlock",
     "LockError",
     "LockInfo",
     "LockLost",
@@ -43,6 +46,7 @@ __all__ = [
     "LockUpgradeError",
     "ReadWriteLock",
     "Semaphore",
+    "StaleFencingToken",
     "locks",
     "single_instance",
 ]

@@ -39,7 +39,7 @@ LAYERS: list[set[str]] = [
     {"settings_spec"},
     {"standalone"},
     {"conf", "signals", "models"},
-    {"client"},
+    {"client", "fencing"},
     {"primitives"},
     {"describe", "guards"},
     {"celery", "django_tasks", "admin", "management", "checks", "metrics", "testing"},
