@@ -27,7 +27,13 @@ import redis
 from django.test import override_settings
 
 from django_redislock import LockManager, LockNotAcquired
-from django_redislock.engine import operator_scripts, quorum_scripts, scripts, shared_scripts
+from django_redislock.engine import (
+    observe_scripts,
+    operator_scripts,
+    quorum_scripts,
+    scripts,
+    shared_scripts,
+)
 from django_redislock.engine.scripts import Script
 from tests.redis_server import RedisServer
 
@@ -202,6 +208,9 @@ def _reads_workload(m: LockManager) -> None:
     m.history("keys:a")
     assert m.force_release("keys:held")
     m.backend().scripting_refusals()
+    election = m.election("keys:elected", ttl=5)
+    assert election.is_current(election.campaign())  # the campaign announces
+    assert election.wait_for_change(None, 1).changed and election.resign()  # a watch
 
 
 async def _async_workload(m: LockManager) -> None:
@@ -227,7 +236,7 @@ def test_every_script_names_a_key_on_one_redis(server: RedisServer) -> None:
     _reads_workload(m)
     asyncio.run(_async_workload(m))
     sent = _assert_every_script_names_a_key(monitor.stop())
-    expected = _package_scripts(scripts, shared_scripts, operator_scripts)
+    expected = _package_scripts(scripts, shared_scripts, operator_scripts, observe_scripts)
     missed = {name for sha, name in expected.items() if sha not in sent}
     assert missed == set(), f"the workload never sent {sorted(missed)}: add it here"
 

@@ -30,6 +30,7 @@ from .semaphore import Semaphore
 from .transactions import AtomicLock
 
 if TYPE_CHECKING:
+    from ..election import Election
     from ..fencing import GuardedRedis
     from .lock_set import LockSet
 
@@ -129,6 +130,13 @@ class LockManager:
         """Return a :class:`ReadWriteLock` called *name*: its ``read()`` may be held by
         many owners at once, its ``write()`` by one; the options are :class:`Lock`'s."""
         return ReadWriteLock(name, manager=self, **options)
+
+    def election(self, name: str, **options: Any) -> Election:
+        """Return an :class:`~django_redislock.election.Election` called *name* (one
+        candidate); the options are ``Election``'s (``ttl``, ``purpose``, ``extra``)."""
+        from ..election import Election
+
+        return Election(name, manager=self, **options)
 
     # -- inspection ------------------------------------------------------------
 
