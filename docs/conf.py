@@ -67,7 +67,16 @@ NAV: list[tuple[str, list[str]]] = [
     ("Getting started", ["overview", "quickstart", "locks", "views", "celery"]),
     (
         "Guides",
-        ["primitives", "fencing", "one-process", "admin", "metrics", "settings", "testing", "without-django"],
+        [
+            "primitives",
+            "fencing",
+            "one-process",
+            "admin",
+            "metrics",
+            "settings",
+            "testing",
+            "without-django",
+        ],
     ),
     ("Running it", ["topology", "cluster", "redlock", "failures", "benchmarks"]),
     ("Reference", ["api", "architecture", "development", "changelog"]),

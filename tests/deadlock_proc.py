@@ -6,6 +6,8 @@
 * ``nest PREFIX SECONDS SEED``: print ``ready``, wait for a line, then for *SECONDS*
   nest random pairs of ``PREFIX0`` .. ``PREFIX5`` in one global order (smaller name
   outside) with a short ``deadlock_timeout``; print ``done <nests> <refusals>``.
+* ``hold NAME TTL LOCK_DELAY``: hold *NAME* (``-``: no lock_delay), print ``acquired``,
+  then sleep until killed (for tests/test_lock_delay.py).
 """
 
 from __future__ import annotations
@@ -66,5 +68,20 @@ def nest(prefix: str, seconds: str, seed: str) -> None:
     print("done", nests, refusals, flush=True)
 
 
+def hold(name: str, ttl: str, lock_delay: str) -> None:
+    """Hold *name* (renewed; *lock_delay* seconds, "-" for none), print ``acquired``,
+    then wait to be killed."""
+    _setup()
+    from django_redislock import locks
+
+    delay = None if lock_delay == "-" else float(lock_delay)
+    with locks.lock(name, ttl=float(ttl), lock_delay=delay):
+        print("acquired", flush=True)
+        time.sleep(600)
+
+
+_COMMANDS = {"cycle": cycle, "nest": nest, "hold": hold}
+
+
 if __name__ == "__main__":
-    {"cycle": cycle, "nest": nest}[sys.argv[1]](*sys.argv[2:])
+    _COMMANDS[sys.argv[1]](*sys.argv[2:])

@@ -4,7 +4,8 @@ Written once for both drivers: :func:`check_call` / :func:`write_call` build the
 :class:`~.calls.Call` (refusing what cannot work: Redlock, a key outside the lock's
 Cluster slot, a token that is no token), :func:`check_outcome` / :func:`write_outcome`
 read the script's reply, and :func:`run_write` / :func:`arun_write` send a write
-exactly once (a lost reply is not retried: the write may have been made).
+without the flows' resend after a lost reply (the write may have been made; redis-py's
+own ``Retry`` is the client's configuration).
 """
 
 from __future__ import annotations
@@ -180,7 +181,8 @@ def write_outcome(reply: Any, call: Call, token: int, write: Write) -> Any:
 def _unknown(call: Call, exc: AmbiguousReply) -> LockBackendError:
     error = LockBackendError(
         f"Redis did not answer while trying to {call.action}: {exc.cause}; the write may "
-        "or may not have been made (a guarded write is sent once: it is not idempotent)",
+        "or may not have been made (this package does not send a guarded write again: it "
+        "may not be idempotent)",
         name=call.name,
     )
     error.__cause__ = exc.cause

@@ -113,6 +113,11 @@ class Lock:
         cycle of waiters (each waiting for a lock the next holds): the cycle's youngest
         wait is refused with :class:`~django_redislock.exceptions.LockDeadlock`. None
         (default): never. Mutexes on one Redis or a Cluster; see docs/locks.md.
+    :param lock_delay: seconds the lock stays taken after a holder that vanished without
+        releasing counts itself lost, so its in-flight writes land before anyone else
+        holds the lock (Redis keeps the key ``ttl + lock_delay``; the holder's watchdog
+        still declares the loss by the ``ttl``). None (default): no delay. Mutexes with a
+        ttl, on one Redis or a Cluster; see docs/locks.md.
     :param fair: ``True`` (default): a release hands the lock to the first
         waiter (FIFO). ``False``: a release frees it and wakes the first waiter,
         and whoever asks first gets it, the releasing process included
@@ -146,6 +151,7 @@ class Lock:
         fair: bool = True,
         inherit_from: str | bytes | None = None,
         deadlock_timeout: float | None = None,
+        lock_delay: float | None = None,
     ) -> None:
         self.name = validate_name(name)
         if deadlock_timeout is not None and self._shared is not None:
@@ -177,6 +183,14 @@ class Lock:
         self.manager = manager
         self._source = default_source if manager is None else manager.source
         self.ttl_ms, self._ttl_arg = lease_of(ttl, no_expiry)
+        #: How long (ms) the lock stays taken after a holder that did not release it
+        #: counts itself lost (its lease ran out): Redis keeps the key that much longer.
+        self.lock_delay_ms = 0
+        if lock_delay is not None:
+            if self._shared is not None or not self.ttl_ms:
+                raise ValueError("lock_delay is for mutexes (locks.lock) with a ttl only")
+            self.lock_delay_ms = to_millis(validate_seconds(lock_delay, "lock_delay"), "lock_delay")
+            self._ttl_arg = str(self.ttl_ms + self.lock_delay_ms).encode()
         self.timeout = None if timeout is None else validate_wait(timeout, "timeout")
         self.blocking = bool(blocking)
         if auto_renew is None:
@@ -229,7 +243,9 @@ class Lock:
         return self._keys(self._source.backend()).lock
 
     def _meta(self) -> bytes:
-        return self._meta_text.text(self.purpose, self.extra, self.meta, self.auto_renew)
+        return self._meta_text.text(
+            self.purpose, self.extra, self.meta, self.auto_renew, self.lock_delay_ms
+        )
 
     # -- acquire ---------------------------------------------------------------
 
@@ -286,6 +302,12 @@ class Lock:
             known = b"|".join(
                 count_arg(known_holds.get((prefix, counted, owner)))
                 for counted in self._kind.known_names(self.name)
+            )
+        if self.lock_delay_ms and backend.features.quorum:
+            raise LockError(
+                f"lock {self.name!r}: lock_delay needs one Redis or a Redis Cluster: Redlock "
+                "computes a grant's validity from the lease, which the delay would lengthen",
+                name=self.name,
             )
         nonce = new_nonce()
         watch = None
@@ -413,6 +435,7 @@ class Lock:
                 claim_ms=HANDOFF_CLAIM_MS if attempt.handed else None,
                 replicas=self.wait_replicas,
                 kind=self._kind,
+                lease_ms=self.ttl_ms + self.lock_delay_ms,
             )
         # On the hot path: only build the signal call when somebody listens.
         if signals.lock_acquired.receivers:
@@ -666,7 +689,7 @@ class Lock:
     def _full_lease(self) -> float:
         if not self.ttl_ms:
             raise LockError(f"lock {self.name!r} has no ttl to reset", name=self.name)
-        return self.ttl_ms / 1000.0
+        return (self.ttl_ms + self.lock_delay_ms) / 1000.0
 
     # -- inspection ------------------------------------------------------------
 
