@@ -64,12 +64,15 @@ OTHER_SERVERS = ["8.2", "valkey-8.1", "valkey-9.1"]
 CI_CELLS = {("3.10", "5.2", "oldest", "6.2"), ("3.13", "6.1", "newest", "valkey-8.1")}
 
 ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYPI_SERVER_DIR = ROOT / ".nox" / "server-{version}"
 
 # Cheap checks first; nox goes on after a failed session and reports them all.
 nox.options.sessions = ["lint", "typecheck", "dist", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
+# nox.project.dependency_groups (the test and dev groups of pyproject.toml) came in 2025.2.9.
+nox.needs_version = ">=2025.2.9"
 
 
 def _put_pyenv_pythons_on_path() -> None:
@@ -91,13 +94,18 @@ _put_pyenv_pythons_on_path()
 os.environ.pop("REDISLOCK_TEST_REDIS_URL", None)
 
 
+def _groups(*names: str) -> tuple[str, ...]:
+    """The requirements of pyproject.toml's dependency groups *names* (PEP 735), for
+    ``session.install``: nox reads them itself, so any pip in the session's venv will do."""
+    return nox.project.dependency_groups(PYPROJECT, *names)
+
+
 def _dev_requirement(name: str) -> str:
-    """The requirement on *name* in pyproject.toml's ``dev`` extra (one place for versions)."""
-    dev = nox.project.load_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]["dev"]
-    for requirement in dev:
+    """The requirement on *name* in pyproject.toml's ``dev`` group (one place for versions)."""
+    for requirement in _groups("dev"):
         if Requirement(requirement).name == name:
-            return str(requirement)
-    raise LookupError(f"no {name} in the dev extra of pyproject.toml")
+            return requirement
+    raise LookupError(f"no {name} in the dev group of pyproject.toml")
 
 
 def _cells() -> list[nox.param]:
@@ -159,7 +167,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python="3.13", tags=["ci"])
 def typecheck(session: nox.Session) -> None:
     """mypy, strict as configured in pyproject.toml, over the package (newest Django we support)."""
-    session.install("-e", ".[test,dev]", f"Django~={DJANGOS[-1]}.0")
+    session.install("-e", ".", *_groups("test", "dev"), f"Django~={DJANGOS[-1]}.0")
     session.run("mypy", "django_redislock")
 
 
@@ -183,10 +191,10 @@ def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
     # django-tasks-db needs Django 5.2+ and, before 6.0, a backport the tests skip).
     workers = ["django-tasks-db>=0.13"] if not django.startswith("5.") else []
     if deps == "oldest":
-        session.install("-e", ".[test]", f"Django~={django}.0", *OLDEST, *workers)
+        session.install("-e", ".", *_groups("test"), f"Django~={django}.0", *OLDEST, *workers)
     else:
         # The newest cells also install the hiredis extra (redis-py's C parser).
-        session.install("-e", ".[test,hiredis]", f"Django~={django}.0", *workers)
+        session.install("-e", ".[hiredis]", *_groups("test"), f"Django~={django}.0", *workers)
     binary = _redis_server(session, server)
     session.run(
         "python",

@@ -15,7 +15,7 @@ lock is ever contended):
 * ``based_unique``: ``SingleInstanceTask`` with ``unique_on_enqueue=True``
   (a lock taken in ``apply_async``, re-entered and released by the worker);
 * ``once_task`` / ``singleton_task``: celery-once and celery-singleton (both
-  lock at enqueue), when installed (``pip install -e .[bench]``).
+  lock at enqueue), when installed (``pip install -e . --group bench``).
 
 One real ``celery worker --pool=solo`` (one process, so runtimes are not
 disturbed by a sibling) on a throw-away local redis-server (broker DB 1,

@@ -79,7 +79,7 @@ def batch(mode: str, count: int) -> list[float]:
 def recording(mode: str, count: int) -> float:
     """Microseconds per acquire + release's worth of signals in *mode* (no Redis)."""
     from django_redislock import metrics, signals
-    from django_redislock.lock import Lock
+    from django_redislock.primitives.lock import Lock
 
     metrics.disable()
     if _EXPORTERS[mode]:

@@ -1,10 +1,10 @@
 """Charts for docs/benchmarks.md from the JSON results in benchmarks/results/.
 
-Usage (from the repository root; matplotlib is in the ``docs`` extra)::
+Usage (from the repository root; matplotlib is in the ``docs`` dependency group)::
 
     .venv/bin/python benchmarks/plot.py              # every chart
     .venv/bin/python benchmarks/plot.py --out DIR    # somewhere else
-    scripts/docs plots                               # the same, installing the extra first
+    scripts/docs plots                               # the same, installing the group first
 
 Each chart is an SVG in docs/images/benchmarks/ built from ONE result file, named
 in the chart's footer with the machine and commit it ran on: figures from

@@ -12,27 +12,30 @@ Everything not listed in ``__all__`` is private or documented as advanced.
 
 from typing import Any
 
-from .decorators import single_instance
 from .engine.info import LockInfo
 from .exceptions import (
     LimitMismatch,
     LockBackendError,
+    LockDeadlock,
     LockError,
     LockLost,
     LockMismatch,
     LockNotAcquired,
     LockNotOwned,
     LockUpgradeError,
+    StaleFencingToken,
 )
-from .lock import Lock
-from .manager import LockManager, locks
-from .rwlock import ReadWriteLock
-from .semaphore import Semaphore
+from .guards.decorators import single_instance
+from .primitives.lock import Lock
+from .primitives.manager import LockManager, locks
+from .primitives.rwlock import ReadWriteLock
+from .primitives.semaphore import Semaphore
 
 __all__ = [
     "LimitMismatch",
     "Lock",
     "LockBackendError",
+    "LockDeadlock",
     "LockError",
     "LockInfo",
     "LockLost",
@@ -43,6 +46,7 @@ __all__ = [
     "LockUpgradeError",
     "ReadWriteLock",
     "Semaphore",
+    "StaleFencingToken",
     "locks",
     "single_instance",
 ]

@@ -18,7 +18,7 @@
 * ``django_redislock.W007`` a ``REDISLOCK_*`` name that is not a setting of this
   package (a misspelling?), with the closest known name.
 * ``django_redislock.E005`` / ``W008``: lock keys of views and Celery tasks
-  (:mod:`django_redislock.key_checks`).
+  (:mod:`django_redislock.guards.key_checks`).
 
 Every setting's rule is its entry in :mod:`django_redislock.settings_spec`. The
 checks that ask the server (W001, W002, E003, W004, E004, W005, W006, E006) are tagged
@@ -34,13 +34,13 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
+from .client.connection import connection_kwargs, redlock_clients, resolve_client
+from .client.source import default_source
 from .conf import get_setting, setting
-from .connection import connection_kwargs, redlock_clients, resolve_client
 from .engine.backends.base import SCRIPTING_FIX
 from .engine.backends.redlock import RedlockBackend
 from .exceptions import LockBackendError
-from .handler import default_source
-from .key_checks import check_lock_keys  # noqa: F401  (registers E005/W008)
+from .guards.key_checks import check_lock_keys  # noqa: F401  (registers E005/W008)
 from .settings_spec import PREFIX, SETTINGS, SPECS, suggest_setting
 
 #: The settings that say which Redis the locks use: while one is invalid, the

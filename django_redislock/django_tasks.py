@@ -46,16 +46,16 @@ except ImportError as exc:  # pragma: no cover - Django < 6.0
     ) from exc
 
 from .conf import setting
-from .decorators import _function_locked as function_locked
-from .decorators import single_instance
 from .engine.guarding import guarding
 from .engine.identity import new_nonce
 from .exceptions import DuplicateTaskError
-from .guard import DEFAULT, GuardConfig, TaskHooks, not_acquired, register_task_hooks
-from .guard import release_task_hold as _release
+from .guards.decorators import _function_locked as function_locked
+from .guards.decorators import single_instance
+from .guards.guard import DEFAULT, GuardConfig, TaskHooks, not_acquired, register_task_hooks
+from .guards.guard import release_task_hold as _release
 
 if TYPE_CHECKING:
-    from .manager import LockManager
+    from .primitives.manager import LockManager
 
 __all__ = ["HOLD_KWARG", "SingleInstanceDjangoTask", "single_instance_task"]
 

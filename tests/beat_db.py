@@ -3,7 +3,7 @@
 
 from django_celery_beat.schedulers import DatabaseScheduler
 
-from django_redislock.election.beat import LeaderOnly
+from django_redislock.runner.beat import LeaderOnly
 
 
 class Scheduler(LeaderOnly, DatabaseScheduler):

@@ -197,7 +197,7 @@ def floor(n: int) -> int:
     no renewal and nothing for the admin to show: the floor the run-time modes
     are measured against.
     """
-    from django_redislock.connection import resolve_client
+    from django_redislock.client.connection import resolve_client
 
     client = resolve_client()
     key = f"bench-floor:{n}"

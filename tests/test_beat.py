@@ -21,8 +21,8 @@ from celery.beat import ScheduleEntry
 
 from django_redislock import LockManager
 from django_redislock.election import ElectionError
-from django_redislock.election.beat import LeaderScheduler
-from django_redislock.election.runner import EXIT_LOST
+from django_redislock.runner.beat import LeaderScheduler
+from django_redislock.runner.runner import EXIT_LOST
 from tests.redis_server import RedisServer
 from tests.runners import ROOT, Runner, clean_env, wait_for_standbys, wait_gone
 
@@ -87,7 +87,7 @@ def test_leader_only_outside_a_runner_says_what_to_do(
 #: The scheduler classes beat runs with: Celery's default, and django-celery-beat's
 #: DatabaseScheduler (its schedule in a SQLite file the beats share) with LeaderOnly.
 SCHEDULERS = {
-    "persistent": "django_redislock.election.beat:LeaderScheduler",
+    "persistent": "django_redislock.runner.beat:LeaderScheduler",
     "database": "tests.beat_db:Scheduler",
 }
 

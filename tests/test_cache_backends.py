@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_redislock import LockManager
-from django_redislock.connection import client_for_cache
+from django_redislock.client.connection import client_for_cache
 
 pytest.importorskip("django_prometheus")
 

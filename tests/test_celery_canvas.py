@@ -18,7 +18,8 @@ import pytest
 from celery import chain, chord, group
 
 from django_redislock import locks
-from django_redislock.celery import _in_canvas, is_skipped
+from django_redislock.celery import is_skipped
+from django_redislock.celery.task import _in_canvas
 from tests import celery_app as ca
 from tests.test_celery_worker import open_gate, wait_event, wait_until, worker
 

@@ -17,7 +17,8 @@ from typing import Any
 import celery
 import pytest
 
-from django_redislock import celery_lost, locks
+from django_redislock import locks
+from django_redislock.celery import lost as celery_lost
 from tests import celery_app as ca
 from tests.test_celery_worker import open_gate, wait_event, wait_until
 

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from django_redislock import LockInfo, LockNotAcquired, locks, signals, single_instance
-from django_redislock._keys_template import KeySpec, normalize
+from django_redislock.guards.keys_template import KeySpec, normalize
 
 
 class Holder:
@@ -403,7 +403,7 @@ def _varargs(a: int, *rest: int, **more: int) -> None:
 def test_quick_binding_gives_what_signature_bind_gives(
     func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
-    from django_redislock._keys_template import ARGS
+    from django_redislock.guards.keys_template import ARGS
 
     spec = KeySpec(ARGS, func)
     bound = inspect.signature(func).bind(*args, **kwargs)

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from django_redislock import locks
-from django_redislock.describe import liveness, seconds_text
+from django_redislock.describe.snapshot import liveness, seconds_text
 from tests.test_admin import put_lock
 
 

@@ -107,7 +107,12 @@ def test_a_hand_off_to_a_waiter_whose_acquire_raised_is_not_monopolised(
         via_proxy.lock(name).acquire(timeout=10)
     cutter.join(5)
     waiter_owner = via_proxy.lock(name).owner
-    assert direct.get(name).owner == waiter_owner, "Redis handed it to the waiter"
+    handoffs = [e for e in direct.history(name) if e.event == "handoff"]
+    assert [e.waiter for e in handoffs] == [waiter_owner], "Redis handed it to the waiter"
+    # The hand-off's short claim lease (2 s) may already have run out on a loaded machine:
+    # the lock is then free; else the waiter that never heard of it still holds it.
+    info = direct.get(name)
+    assert info is None or info.owner == waiter_owner
     proxy.set_down(False)
     with via_proxy.lock(name, timeout=5):
         pass

@@ -197,7 +197,7 @@ def test_loading_the_settings_creates_the_celery_app_whose_task_keys_are_checked
         "import django\n"
         "django.setup()\n"
         "from celery import _state\n"
-        "from django_redislock.key_checks import check_lock_keys\n"
+        "from django_redislock.guards.key_checks import check_lock_keys\n"
         "print('problems', check_lock_keys())\n"
         "apps = [a for a in _state._get_active_apps() if a.main == 'example']\n"
         "print('tasks', sorted(n for a in apps for n in a.tasks if n.startswith('example.')))\n"

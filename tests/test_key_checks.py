@@ -20,7 +20,7 @@ from celery import _state as celery_state
 from django.test import Client
 
 from django_redislock.celery import SingleInstanceTask
-from django_redislock.key_checks import task_key_problems, view_key_problems
+from django_redislock.guards.key_checks import task_key_problems, view_key_problems
 from tests import keycheck_views
 
 ROOT = Path(__file__).resolve().parent.parent

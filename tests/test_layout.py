@@ -4,6 +4,9 @@
   ``ALLOWED_CYCLES`` (each entry is a known cycle being taken apart).
 * ``django_redislock/engine/`` is Django-free: it imports neither Django nor
   Celery, and of the rest of the package only ``django_redislock.exceptions``.
+* The package's parts (its folders and top-level modules) are layers, ``LAYERS``: a
+  part imports only parts of a lower layer (or itself), so nothing in ``engine/``
+  reaches the folders above it, and ``guards/`` reaches Celery only through its hooks.
 
 An import counts wherever it is written (module level or inside a function),
 except under ``if TYPE_CHECKING:``, which never runs. For the engine rule,
@@ -26,6 +29,29 @@ ENGINE = f"{PACKAGE}.engine"
 #: Cycles tolerated for now, each as the set of the modules in it; delete an
 #: entry once its cycle is gone.
 ALLOWED_CYCLES: set[frozenset[str]] = set()
+
+#: The package's parts, lowest layer first: a part may import only parts of a lower
+#: layer (and itself). A part is a folder (``primitives``) or a top-level module
+#: (``conf``); ``""`` is the package's ``__init__`` (the public API), on top.
+LAYERS: list[set[str]] = [
+    {"exceptions"},
+    {"engine"},
+    {"settings_spec"},
+    {"standalone"},
+    {"conf", "signals", "models"},
+    {"client", "fencing", "election"},
+    {"primitives"},
+    {"describe", "guards"},
+    {"celery", "django_tasks", "admin", "checks", "metrics", "testing", "runner"},
+    {"management"},
+    {"migrations"},
+    {"apps", "pytest_plugin", "", "__main__"},
+]
+#: Imports allowed against the layers: (importing module, imported module).
+LAYER_EXCEPTIONS = {
+    # the version string of the package, for the OpenTelemetry meter's name
+    (f"{PACKAGE}.metrics.otel", PACKAGE),
+}
 
 #: What engine/ may import from the rest of the package.
 ENGINE_MAY_IMPORT = {f"{PACKAGE}.exceptions"}
@@ -229,7 +255,7 @@ def test_the_import_reader() -> None:
 def test_the_scan_sees_the_package() -> None:
     graph = _graph()
     assert len(graph) > 20
-    assert f"{PACKAGE}.manager" in graph[f"{PACKAGE}.admin_listing"]
+    assert f"{PACKAGE}.primitives.manager" in graph[f"{PACKAGE}.admin.listing"]
 
 
 def test_no_import_cycles() -> None:
@@ -243,12 +269,16 @@ def test_no_import_cycles() -> None:
 
 
 def test_decorators_do_not_import_celery() -> None:
-    """The decorator reaches Celery through the hooks of ``guard.py`` only."""
+    """The decorator reaches Celery through the hooks of ``guards/guard.py`` only."""
     found = [
         f"line {imp.line}: {imp.target}"
         for imp in _all_imports()
-        if imp.source == f"{PACKAGE}.decorators"
-        and (imp.target.split(".")[0] == "celery" or imp.target == f"{PACKAGE}.celery")
+        if imp.source == f"{PACKAGE}.guards.decorators"
+        and (
+            imp.target.split(".")[0] == "celery"
+            or imp.target == f"{PACKAGE}.celery"
+            or imp.target.startswith(f"{PACKAGE}.celery.")
+        )
     ]
     assert not found, "decorators.py imports Celery: " + ", ".join(found)
 
@@ -268,3 +298,31 @@ def test_engine_imports_no_django_and_only_exceptions_of_the_package() -> None:
         if top in ENGINE_BANNED or outside:
             found.append(f"{_file(imp.source)} line {imp.line}: imports {imp.target}")
     assert not found, "engine/ reaches outside its floor:\n" + "\n".join(found)
+
+
+def _part(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_layers_name_every_part() -> None:
+    parts = {_part(m) for m in _modules()}
+    named = set().union(*LAYERS)
+    assert parts <= named, f"parts missing from LAYERS: {sorted(parts - named)}"
+    assert named <= parts, f"LAYERS names parts that are gone: {sorted(named - parts)}"
+
+
+def test_each_part_imports_only_lower_layers() -> None:
+    layer = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+    graph = _graph()
+    found = [
+        f"{_file(source)} line {line}: imports {target} "
+        f"(layer {layer[_part(target)]} >= its own {layer[_part(source)]})"
+        for source, targets in graph.items()
+        for target, line in targets.items()
+        if _part(source) != _part(target)
+        and layer[_part(target)] >= layer[_part(source)]
+        and (source, target) not in LAYER_EXCEPTIONS
+    ]
+    assert not found, "imports against the layers (tests/test_layout.py LAYERS):\n" + "\n".join(
+        found
+    )

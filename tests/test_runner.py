@@ -25,7 +25,7 @@ import redis
 
 from django_redislock import LockManager
 from django_redislock.election import Election
-from django_redislock.election.runner import EXIT_BUSY, EXIT_LOST, EXIT_UNAVAILABLE, EXIT_USAGE
+from django_redislock.runner.runner import EXIT_BUSY, EXIT_LOST, EXIT_UNAVAILABLE, EXIT_USAGE
 from example_project.embedded_redis import EmbeddedRedis
 from tests.redis_server import RedisServer, free_port
 from tests.runners import (

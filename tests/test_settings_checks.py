@@ -133,7 +133,7 @@ def test_docs_describe_every_setting_and_every_check_id() -> None:
         assert f"### `{spec.name}" in text, spec.name
     source = "".join(
         path.read_text()
-        for path in (Path(__file__).resolve().parent.parent / "django_redislock").glob("*.py")
+        for path in (Path(__file__).resolve().parent.parent / "django_redislock").rglob("*.py")
     )
     ids = set(re.findall(r'id="(django_redislock\.[EW]\d{3})"', source))
     assert ids  # the pattern still finds the ids

@@ -20,7 +20,7 @@ from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 
 from django_redislock import LockBackendError, locks, single_instance
-from django_redislock.decorators import REDIS_DOWN_RETRY_AFTER
+from django_redislock.guards.decorators import REDIS_DOWN_RETRY_AFTER
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.urls(__name__)

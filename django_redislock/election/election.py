@@ -8,7 +8,7 @@ the first standby takes over within one lease; the watchdog tells the leader
 that its lease is lost before anybody else can be granted it. The **term** is the
 hold's fencing token: it increases strictly from one leader to the next (see
 "Fencing tokens" in docs/architecture.md), and ``is_current(term)`` asks Redis in
-one round trip whether that leadership still holds (engine/term_scripts.py).
+one round trip whether that leadership still holds (fencing's CHECK, engine/fenced.py).
 
 Sync and async methods share every decision (the ``_begin_*`` / ``_settle_*`` /
 ``_*_call`` helpers); only the I/O call differs.
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django_redislock.engine.calls import Call
 from django_redislock.engine.driver import call_async, call_sync, run_async, run_sync
+from django_redislock.engine.fenced import check_call, check_outcome
 from django_redislock.engine.identity import new_nonce, process_token
 from django_redislock.engine.info import LockInfo, WaiterInfo
-from django_redislock.engine.term_scripts import is_current_script
 from django_redislock.engine.validate import (
     json_dict,
     validate_name,
@@ -275,8 +275,7 @@ class Election:
         if isinstance(term, bool) or not isinstance(term, int):
             raise TypeError(f"term must be an int (a fencing token), not {term!r}")
         self._refuse_quorum(backend, "is_current()")
-        key = backend.keyspace.keys(self.name).lock.encode()
-        return Call(is_current_script, (key,), (str(term).encode(),), "check a term", self.name)
+        return check_call(backend, self.name, term)
 
     # -- campaign / resign -----------------------------------------------------
 
@@ -383,13 +382,13 @@ class Election:
         """
         backend = self.manager.backend()
         call = self._term_call(backend, term)
-        return call is not None and int(call_sync(call, backend)) == 1
+        return call is not None and check_outcome(call_sync(call, backend), self.name)[0]
 
     async def ais_current(self, term: int | None = None) -> bool:
         """:meth:`is_current` for asyncio."""
         backend = self.manager.source.abackend()
         call = self._term_call(backend, term)
-        return call is not None and int(await call_async(call, backend)) == 1
+        return call is not None and check_outcome(await call_async(call, backend), self.name)[0]
 
     def wait_for_change(self, known: int | None, timeout: float) -> Change:
         """Wait until the leading term is not *known* (None: nobody leads), at most

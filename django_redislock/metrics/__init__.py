@@ -28,7 +28,7 @@ from ..conf import setting
 from ..settings_spec import validate_metrics
 
 if TYPE_CHECKING:
-    from ..lock import Lock
+    from ..primitives.lock import Lock
 
 __all__ = ["OTHER", "Recorder", "disable", "enable", "enabled", "group_for_name", "labels_of"]
 

@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from django_redislock import locks
-from django_redislock.describe import lock_as_dict, with_waiters
+from django_redislock.describe.snapshot import lock_as_dict, with_waiters
 
 from . import demos
 

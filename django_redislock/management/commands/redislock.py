@@ -18,7 +18,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_redislock.describe import (
+from django_redislock.describe.history import (
+    contention_as_dict,
+    event_as_dict,
+    history_lines,
+    spreads,
+)
+from django_redislock.describe.snapshot import (
     WaiterLine,
     liveness,
     lock_as_dict,
@@ -28,17 +34,11 @@ from django_redislock.describe import (
     waiter_lines,
     with_waiters,
 )
-from django_redislock.describe_history import (
-    contention_as_dict,
-    event_as_dict,
-    history_lines,
-    spreads,
-)
-from django_redislock.election.cli import RUN_HELP, add_run_arguments, run_from_options
-from django_redislock.election.cli import split_command as _split_command
 from django_redislock.engine.info import HolderInfo, LockInfo
 from django_redislock.exceptions import LockError
-from django_redislock.manager import LockManager
+from django_redislock.primitives.manager import LockManager
+from django_redislock.runner.cli import RUN_HELP, add_run_arguments, run_from_options
+from django_redislock.runner.cli import split_command as _split_command
 
 #: Locks printed at a time by ``list`` (``--json`` reads their waiters in one round trip).
 BATCH = 200
