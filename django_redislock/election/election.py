@@ -395,7 +395,7 @@ class Election:
         *timeout* seconds; sends ``leader_changed`` when it changed.
 
         For observers, which do not campaign: they are poked by the new leader's
-        election or the leader's resign (:mod:`.observe`), and also look again when the
+        election or the leader's resign (``election/observe.py``), and also look again when the
         leader's lease would have run out (a dead leader announces nothing).
         """
         deadline = self._deadline(timeout)

@@ -1,7 +1,7 @@
 """The command runner: run a command while holding a lock (or one of N permits).
 
 ``redislock run NAME [--limit N] [--wait|--no-wait] [--ttl S] [--grace S] -- CMD ...``
-(:mod:`.cli` parses it; ``manage.py redislock run`` and ``python -m django_redislock
+(``runner/cli.py`` parses it; ``manage.py redislock run`` and ``python -m django_redislock
 run`` both end here). The runner
 
 1. takes the lock (``--limit N``: a permit of a semaphore of N), waiting for it
@@ -14,7 +14,7 @@ run`` both end here). The runner
    as CMD exits;
 4. when the lock is lost (the watchdog could not renew it in time: a partition,
    a pause past the lease, an operator's force release), sends CMD SIGTERM, then
-   SIGKILL after ``--grace`` seconds, and exits with :data:`EXIT_LOST`.
+   SIGKILL after ``--grace`` seconds, and exits with ``EXIT_LOST`` (79).
 
 On Linux CMD is started with a parent-death signal (SIGKILL): if the runner is
 SIGKILLed, CMD dies with it, so it never runs on without the lock's renewal.
