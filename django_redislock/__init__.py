@@ -16,6 +16,7 @@ from .engine.info import LockInfo
 from .exceptions import (
     LimitMismatch,
     LockBackendError,
+    LockDeadlock,
     LockError,
     LockLost,
     LockMismatch,
@@ -23,6 +24,7 @@ from .exceptions import (
     LockNotOwned,
     LockUpgradeError,
     RunLimited,
+    StaleFencingToken,
 )
 from .guards.decorators import single_instance
 from .primitives.lock import Lock
@@ -34,6 +36,7 @@ __all__ = [
     "LimitMismatch",
     "Lock",
     "LockBackendError",
+    "LockDeadlock",
     "LockError",
     "LockInfo",
     "LockLost",
@@ -45,6 +48,7 @@ __all__ = [
     "ReadWriteLock",
     "RunLimited",
     "Semaphore",
+    "StaleFencingToken",
     "locks",
     "single_instance",
 ]

@@ -196,3 +196,56 @@ class DuplicateTaskError(LockNotAcquired):
     def __init__(self, message: str, *, name: str | None = None, task_id: str | None = None):
         super().__init__(message, name=name)
         self.task_id = task_id
+
+
+class StaleFencingToken(LockLost):
+    """A write carrying a fencing token was refused by the store: a newer holder's token
+    is current there (or nobody holds the lock any more). Nothing was written.
+
+    Raised by ``held.check()``, by the guarded Redis writes (``held.guarded()``) and by
+    ``fenced_update()`` (see docs/fencing.md). ``token`` is the refused token;
+    ``current`` the token the store holds now when it told (None: nobody holds the
+    lock, or the store did not say); ``target`` what was to be written (a key, a
+    table), or None for a check.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        token: int = 0,
+        current: int | None = None,
+        target: str | None = None,
+    ) -> None:
+        super().__init__(message, name=name)
+        self.token = token
+        self.current = current
+        self.target = target
+
+
+class FencingUnsupported(LockError):
+    """A store-enforced fencing call (``check()``, a guarded write) was asked of a
+    backend where one script cannot check the hold and act on it: Redlock, whose
+    masters each keep their own copy of the lock (see docs/fencing.md)."""
+
+
+class LockDeadlock(LockNotAcquired):
+    """A wait was refused because it closed a cycle of waiters: each waits for a lock
+    the next one holds, so none of them would ever get it.
+
+    Raised by an acquire with ``deadlock_timeout`` that has waited that long: the
+    youngest wait of the cycle (the one that began last) is refused, and nothing it
+    waited for is held by it. ``cycle`` lists the cycle's edges as ``(owner, lock
+    name it waits for, owner holding that lock)``, starting with this wait's.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        cycle: tuple[tuple[str, str, str], ...] = (),
+    ) -> None:
+        super().__init__(message, name=name)
+        self.cycle = cycle

@@ -67,7 +67,17 @@ NAV: list[tuple[str, list[str]]] = [
     ("Getting started", ["overview", "quickstart", "locks", "views", "celery"]),
     (
         "Guides",
-        ["primitives", "shaping", "admin", "metrics", "settings", "testing", "without-django"],
+        [
+            "primitives",
+            "shaping",
+            "fencing",
+            "one-process",
+            "admin",
+            "metrics",
+            "settings",
+            "testing",
+            "without-django",
+        ],
     ),
     ("Running it", ["topology", "cluster", "redlock", "failures", "benchmarks"]),
     ("Reference", ["api", "architecture", "development", "changelog"]),
@@ -189,12 +199,14 @@ nitpick_ignore_regex = [
     (r"py:.*", r"django_redislock\.(.*\.)?_[A-Za-z].*"),
 ]
 # Private names in public signatures: the backend classes of LockManager.backend,
-# the manager protocol of Lock(manager=...), single_instance's TypeVar.
+# the manager protocol of Lock(manager=...) and GuardedRedis's source, single_instance's TypeVar.
 nitpick_ignore = [
     ("py:class", "django_redislock.engine.backends.single.SingleBackend"),
     ("py:class", "django_redislock.engine.backends.cluster.ClusterBackend"),
     ("py:class", "django_redislock.engine.backends.redlock.RedlockBackend"),
     ("py:class", "HasSource"),
+    # GuardedRedis(source=...): a manager's BackendSource, as for HasSource.
+    ("py:class", "Source"),
     ("py:class", "F"),
 ]
 

@@ -39,12 +39,13 @@ LAYERS: list[set[str]] = [
     {"settings_spec"},
     {"standalone"},
     {"conf", "signals", "models"},
-    {"client"},
+    {"client", "fencing", "election"},
     {"primitives"},
     {"describe", "guards"},
-    {"celery", "django_tasks", "admin", "management", "checks", "metrics", "testing"},
+    {"celery", "django_tasks", "admin", "checks", "metrics", "testing", "runner"},
+    {"management"},
     {"migrations"},
-    {"apps", "pytest_plugin", ""},
+    {"apps", "pytest_plugin", "", "__main__"},
 ]
 #: Imports allowed against the layers: (importing module, imported module).
 LAYER_EXCEPTIONS = {

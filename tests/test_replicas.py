@@ -81,7 +81,9 @@ def test_a_confirmed_grant_is_on_the_replica_when_acquire_returns(
     pair.proxy.reply_delay = 0.05  # a lagging replica: 50 ms behind
     manager = _manager(pair.primary.port)
     confirmed = manager.lock(name, wait_replicas=1, auto_renew=False)
-    assert confirmed.acquire(blocking=False)
+    # Blocking: on a loaded machine one WAIT (0.5 s) may pass before the lagging replica
+    # answers; the grant is then given back and asked for again.
+    assert confirmed.acquire(timeout=10)
     key = confirmed.key
     assert pair.replica_client.hget(key, "owner") == confirmed.owner.encode()
     confirmed.release()

@@ -28,6 +28,9 @@ from django.test import override_settings
 
 from django_redislock import LockManager, LockNotAcquired, RunLimited, single_instance
 from django_redislock.engine import (
+    deadlock_scripts,
+    fenced_scripts,
+    observe_scripts,
     operator_scripts,
     quorum_scripts,
     scripts,
@@ -211,6 +214,21 @@ def _reads_workload(m: LockManager) -> None:
     m.history("keys:a")
     assert m.force_release("keys:held")
     m.backend().scripting_refusals()
+    election = m.election("keys:elected", ttl=5)
+    assert election.is_current(election.campaign())  # the campaign announces
+    assert election.wait_for_change(None, 1).changed and election.resign()  # a watch
+    # Store-enforced fencing: CHECK and GUARDED_WRITE.
+    with m.lock("keys:fenced", ttl=30) as held:
+        token = held.check()
+        assert m.is_current("keys:fenced", token)
+        held.guarded().set("keys:{keys:fenced}:value", "1")
+    # Deadlock detection: a wait past its deadlock_timeout marks its pointer, reads the
+    # lock's edge and the holder's pointer (none: no cycle), and times out.
+    holder = m.lock("keys:dl", owner="dl-holder")
+    assert holder.acquire()
+    waiter = m.lock("keys:dl", owner="dl-waiter", deadlock_timeout=0.05)
+    assert not waiter.acquire(timeout=0.5)
+    holder.release()
 
 
 async def _async_workload(m: LockManager) -> None:
@@ -264,7 +282,15 @@ def test_every_script_names_a_key_on_one_redis(server: RedisServer) -> None:
     asyncio.run(_async_workload(m))
     _shaping_workload(m)
     sent = _assert_every_script_names_a_key(monitor.stop())
-    expected = _package_scripts(scripts, shared_scripts, operator_scripts, shaping_scripts)
+    expected = _package_scripts(
+        scripts,
+        shared_scripts,
+        operator_scripts,
+        observe_scripts,
+        fenced_scripts,
+        deadlock_scripts,
+        shaping_scripts,
+    )
     missed = {name for sha, name in expected.items() if sha not in sent}
     assert missed == set(), f"the workload never sent {sorted(missed)}: add it here"
 
@@ -297,3 +323,25 @@ def test_every_script_names_a_key_on_redlock(masters: list[RedisServer]) -> None
     expected = _package_scripts(quorum_scripts)
     missed = {name for sha, name in expected.items() if sha not in sent}
     assert missed == set(), f"the workload never sent {sorted(missed)}: add it here"
+
+
+def test_the_workloads_cover_every_module_with_scripts() -> None:
+    """A module of new scripts must be named in one of the workload tests above."""
+    import importlib
+    import pkgutil
+    from pathlib import Path
+
+    import django_redislock.engine as engine
+
+    covered = {
+        scripts, shared_scripts, operator_scripts, observe_scripts, fenced_scripts,
+        deadlock_scripts, quorum_scripts, shaping_scripts,
+    }  # fmt: skip
+    with_scripts = set()
+    for info in pkgutil.walk_packages(engine.__path__, engine.__name__ + "."):
+        module = importlib.import_module(info.name)
+        source = Path(module.__file__ or "").read_text(encoding="utf-8")
+        if re.search(r"=\s*Script\(", source):  # the module makes scripts of its own
+            with_scripts.add(module)
+    assert scripts in with_scripts  # the search still finds them
+    assert with_scripts <= covered, sorted(m.__name__ for m in with_scripts - covered)

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from ..exceptions import LockBackendError, LockNotReplicated
 from .calls import AmbiguousReply, Attempt, Call, NotReplicated, decode_attempt
+from .deadlock import DeadlockWatch
 from .mutex import FAIR, Kind
 from .scripts import HANDOFF_CLAIM_MS
 
@@ -105,7 +106,7 @@ class AcquireOp:
     __slots__ = (
         "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name", "known",
         "blocking", "timeout", "claim_inline", "on_contended", "clock", "jitter", "replicas",
-        "deadline", "kind",
+        "deadline", "kind", "deadlock",
     )  # fmt: skip
 
     def __init__(
@@ -127,6 +128,7 @@ class AcquireOp:
         jitter: Callable[[], float] = _jitter,
         replicas: int = 0,
         kind: Kind = FAIR,
+        deadlock: DeadlockWatch | None = None,
     ) -> None:
         #: The keys of the hold's *kind* (``kind.keys``).
         self.keys = keys
@@ -160,6 +162,8 @@ class AcquireOp:
         #: What is acquired: a mutex (fair or barging) or a semaphore's or read-write
         #: lock's hold; it makes the calls.
         self.kind = kind
+        #: Looks for a wait-for cycle once the wait is long enough (None: never).
+        self.deadlock = deadlock
 
     def call(self, channel: bytes) -> Call:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
@@ -304,6 +308,16 @@ def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
                         raise not_replicated(op, failed)
                     return attempt
                 break
+            watch = op.deadlock
+            if watch is not None:
+                if watch.due(op.clock()) and (yield from watch.refused(run, op.clock())):
+                    # The youngest wait of a cycle: leave the queue (or find the lock was
+                    # handed to us meanwhile: then there is no deadlock left).
+                    attempt = op.decode((yield from run(op.cancel_call())))
+                    if attempt.held:
+                        break
+                    raise watch.error()
+                pause = watch.bounded(pause, op.clock())
             fence = yield Park(op.nonce, pause)
             if fence is not None:
                 attempt = Attempt(True, fence, 1)

@@ -53,7 +53,7 @@ class WatchEntry:
 
     __slots__ = (
         "lock_ref", "owner", "backend", "keys", "name", "ttl_ms", "due", "confirmed_at",
-        "in_flight", "slack", "active", "replicas", "kind",
+        "in_flight", "slack", "active", "replicas", "kind", "lease_ms",
     )  # fmt: skip
 
     def __init__(
@@ -67,6 +67,7 @@ class WatchEntry:
         claim_ms: int | None = None,
         replicas: int = 0,
         kind: Kind = FAIR,
+        lease_ms: int | None = None,
     ) -> None:
         now = time.monotonic()
         # A Lock garbage-collected while held stops being renewed (its lease then
@@ -80,6 +81,9 @@ class WatchEntry:
         self.kind = kind
         self.name = name
         self.ttl_ms = ttl_ms
+        #: The lease a renewal sets in Redis: the ttl, plus a lock-delay (the holder
+        #: counts itself lost by the ttl; the key outlives that by the delay).
+        self.lease_ms = ttl_ms if lease_ms is None else lease_ms
         #: Replicas that must acknowledge a renewal for it to count.
         self.replicas = replicas
         self.active = True
@@ -105,7 +109,7 @@ class WatchEntry:
     @property
     def call(self) -> Call:
         """The renewal script call (made when a batch is sent, not on every acquire)."""
-        return self.kind.renew_call(self.keys, self.owner, self.ttl_ms, self.name, self.replicas)
+        return self.kind.renew_call(self.keys, self.owner, self.lease_ms, self.name, self.replicas)
 
     @property
     def lost_at(self) -> float:
@@ -149,6 +153,7 @@ class Watchdog:
         claim_ms: int | None = None,
         replicas: int = 0,
         kind: Kind = FAIR,
+        lease_ms: int | None = None,
     ) -> WatchEntry:
         """Renew the lock at *keys* on *backend* for *owner* every ~ttl/3 while *lock* lives.
 
@@ -156,9 +161,12 @@ class Watchdog:
         the first renewal (which claims it) is due within a third of that.
         *replicas*: a renewal counts only once that many replicas acknowledged it.
         *keys* and *kind*: the keys of the hold and what it is (a mutex, a permit, a
-        read or a write), which makes the renewal call.
+        read or a write), which makes the renewal call. *lease_ms*: the lease each
+        renewal sets in Redis when it is longer than the ttl (a lock-delay).
         """
-        entry = WatchEntry(lock, owner, backend, keys, ttl_ms, name, claim_ms, replicas, kind)
+        entry = WatchEntry(
+            lock, owner, backend, keys, ttl_ms, name, claim_ms, replicas, kind, lease_ms
+        )
         with self._cond:
             self._entries[id(entry)] = entry
             if self._thread is None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import signals
 from ..client.source import BackendSource, default_source
 from ..conf import setting
-from ..engine import flows
+from ..engine import deadlock, flows
 from ..engine.calls import Attempt, Call, NotReplicated
 from ..engine.driver import call_async, call_sync, run_async, run_sync
 from ..engine.guarding import guard_owner
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
     from ..engine.backends.base import AsyncBackend, Backend
     from ..engine.info import HolderInfo, LockInfo
+    from ..fencing import GuardedRedis
 
 logger = logging.getLogger("django_redislock")
 
@@ -108,6 +109,15 @@ class Lock:
         takes over the hold its task id took at enqueue time. Without an explicit
         ``owner``, inside a guarded task, view or function, a lock on the guard's
         own name is owned by the guard (see ``engine/guarding.py``).
+    :param deadlock_timeout: seconds a blocking acquire waits before it looks for a
+        cycle of waiters (each waiting for a lock the next holds): the cycle's youngest
+        wait is refused with :class:`~django_redislock.exceptions.LockDeadlock`. None
+        (default): never. Mutexes on one Redis or a Cluster; see docs/locks.md.
+    :param lock_delay: seconds the lock stays taken after a holder that vanished without
+        releasing counts itself lost, so its in-flight writes land before anyone else
+        holds the lock (Redis keeps the key ``ttl + lock_delay``; the holder's watchdog
+        still declares the loss by the ``ttl``). None (default): no delay. Mutexes with a
+        ttl, on one Redis or a Cluster; see docs/locks.md.
     :param fair: ``True`` (default): a release hands the lock to the first
         waiter (FIFO). ``False``: a release frees it and wakes the first waiter,
         and whoever asks first gets it, the releasing process included
@@ -140,8 +150,19 @@ class Lock:
         wait_replicas: int | None = None,
         fair: bool = True,
         inherit_from: str | bytes | None = None,
+        deadlock_timeout: float | None = None,
+        lock_delay: float | None = None,
     ) -> None:
         self.name = validate_name(name)
+        if deadlock_timeout is not None and self._shared is not None:
+            raise ValueError("deadlock_timeout is for mutexes (locks.lock) only")
+        #: How long a blocking acquire waits before it looks for a wait-for cycle
+        #: (None: never; see engine/deadlock.py and docs/locks.md).
+        self.deadlock_timeout = (
+            None
+            if deadlock_timeout is None
+            else validate_seconds(deadlock_timeout, "deadlock_timeout")
+        )
         if self._shared is not None and (no_expiry or ttl is None):
             raise ValueError(
                 f"{type(self).__name__} {name!r}: ttl=None (no_expiry) is not supported here: "
@@ -162,6 +183,14 @@ class Lock:
         self.manager = manager
         self._source = default_source if manager is None else manager.source
         self.ttl_ms, self._ttl_arg = lease_of(ttl, no_expiry)
+        #: How long (ms) the lock stays taken after a holder that did not release it
+        #: counts itself lost (its lease ran out): Redis keeps the key that much longer.
+        self.lock_delay_ms = 0
+        if lock_delay is not None:
+            if self._shared is not None or not self.ttl_ms:
+                raise ValueError("lock_delay is for mutexes (locks.lock) with a ttl only")
+            self.lock_delay_ms = to_millis(validate_seconds(lock_delay, "lock_delay"), "lock_delay")
+            self._ttl_arg = str(self.ttl_ms + self.lock_delay_ms).encode()
         self.timeout = None if timeout is None else validate_wait(timeout, "timeout")
         self.blocking = bool(blocking)
         if auto_renew is None:
@@ -214,7 +243,9 @@ class Lock:
         return self._keys(self._source.backend()).lock
 
     def _meta(self) -> bytes:
-        return self._meta_text.text(self.purpose, self.extra, self.meta, self.auto_renew)
+        return self._meta_text.text(
+            self.purpose, self.extra, self.meta, self.auto_renew, self.lock_delay_ms
+        )
 
     # -- acquire ---------------------------------------------------------------
 
@@ -272,10 +303,20 @@ class Lock:
                 count_arg(known_holds.get((prefix, counted, owner)))
                 for counted in self._kind.known_names(self.name)
             )
+        if self.lock_delay_ms and backend.features.quorum:
+            raise LockError(
+                f"lock {self.name!r}: lock_delay needs one Redis or a Redis Cluster: Redlock "
+                "computes a grant's validity from the lease, which the delay would lengthen",
+                name=self.name,
+            )
+        nonce = new_nonce()
+        watch = None
+        if blocking and self.deadlock_timeout is not None:
+            watch = deadlock.watch_for(backend, owner, self.name, nonce, self.deadlock_timeout)
         return flows.AcquireOp(
             keys,
             owner,
-            new_nonce(),
+            nonce,
             self._ttl_arg,
             self._meta(),
             backend.retention_arg,
@@ -287,6 +328,7 @@ class Lock:
             on_contended=on_contended,
             replicas=self.wait_replicas,
             kind=self._kind,
+            deadlock=watch,
         )
 
     def acquire(
@@ -393,6 +435,7 @@ class Lock:
                 claim_ms=HANDOFF_CLAIM_MS if attempt.handed else None,
                 replicas=self.wait_replicas,
                 kind=self._kind,
+                lease_ms=self.ttl_ms + self.lock_delay_ms,
             )
         # On the hot path: only build the signal call when somebody listens.
         if signals.lock_acquired.receivers:
@@ -646,7 +689,7 @@ class Lock:
     def _full_lease(self) -> float:
         if not self.ttl_ms:
             raise LockError(f"lock {self.name!r} has no ttl to reset", name=self.name)
-        return self.ttl_ms / 1000.0
+        return (self.ttl_ms + self.lock_delay_ms) / 1000.0
 
     # -- inspection ------------------------------------------------------------
 
@@ -757,6 +800,37 @@ class Lock:
             return
         logger.error("redislock: lock %r lost: %s", self.name, reason)
         signals.lock_lost.send(sender=Lock, lock=self, name=self.name, owner=owner, reason=reason)
+
+    # -- store-enforced fencing (docs/fencing.md) ----------------------------------
+
+    def check(self) -> int:
+        """Ask Redis, in one round trip, whether the caller's hold is still current;
+        return its fencing token, else raise
+        :class:`~django_redislock.exceptions.StaleFencingToken` (a :class:`LockLost`)."""
+        from ..fencing import current
+
+        token = current.held_token(self.name, self._kind.primitive, self.fencing_token)
+        return current.check(self._source.backend(), self.name, token)
+
+    def acheck(self) -> Coroutine[Any, Any, int]:
+        """:meth:`check` for asyncio (the hold is the calling task's)."""
+        from ..fencing import current
+
+        token = current.held_token(self.name, self._kind.primitive, self.fencing_token)
+
+        async def check() -> int:
+            return await current.acheck(self._source.abackend(), self.name, token)
+
+        return check()
+
+    def guarded(self) -> GuardedRedis:
+        """Writes to Redis that are made only while the caller's hold is current (each
+        atomic with its check, one round trip): ``held.guarded().incrby(key, 5)``. See
+        :class:`~django_redislock.fencing.GuardedRedis`."""
+        from ..fencing import GuardedRedis, current
+
+        token = current.held_token(self.name, self._kind.primitive, self.fencing_token)
+        return GuardedRedis(self._source, self.name, token)
 
     # -- context managers ------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import signals
 from ..client.source import BackendSource, BlockingBackend, default_source
@@ -28,6 +28,11 @@ from .lock import Lock
 from .rwlock import ReadWriteLock
 from .semaphore import Semaphore
 from .transactions import AtomicLock
+
+if TYPE_CHECKING:
+    from ..election import Election
+    from ..fencing import GuardedRedis
+    from .lock_set import LockSet
 
 __all__ = ["ExtendResult", "LockManager", "locks"]
 
@@ -125,6 +130,13 @@ class LockManager:
         """Return a :class:`ReadWriteLock` called *name*: its ``read()`` may be held by
         many owners at once, its ``write()`` by one; the options are :class:`Lock`'s."""
         return ReadWriteLock(name, manager=self, **options)
+
+    def election(self, name: str, **options: Any) -> Election:
+        """Return an :class:`~django_redislock.election.Election` called *name* (one
+        candidate); the options are ``Election``'s (``ttl``, ``purpose``, ``extra``)."""
+        from ..election import Election
+
+        return Election(name, manager=self, **options)
 
     # -- inspection ------------------------------------------------------------
 
@@ -275,6 +287,37 @@ class LockManager:
                 return overview(histories, since, limit), False
             if cursor == "0":
                 return overview(histories, since, limit), True
+
+    # -- store-enforced fencing and several locks (docs/fencing.md, docs/locks.md) --
+
+    def is_current(self, name: str, token: int | None) -> bool:
+        """Whether the lock *name* is held with the fencing token *token* now (one round
+        trip; a token handed to another process works as well as a hold's own)."""
+        from ..fencing import current
+
+        return current.is_current(self.backend(), name, token)
+
+    async def ais_current(self, name: str, token: int | None) -> bool:
+        """:meth:`is_current` for asyncio."""
+        from ..fencing import current
+
+        return await current.ais_current(self.source.abackend(), name, token)
+
+    def guarded(self, name: str, token: int | None) -> GuardedRedis:
+        """Writes to Redis made only while the lock *name* is held with *token* (see
+        :class:`~django_redislock.fencing.GuardedRedis`); ``held.guarded()`` for a hold."""
+        from ..fencing import GuardedRedis
+
+        return GuardedRedis(self.source, name, token)
+
+    def lock_many(self, names: Sequence[str], **options: Any) -> LockSet:
+        """Several locks taken together, all or none, in one global order (no deadlock
+        between callers): ``with locks.lock_many(["account:1", "account:2"], ttl=30,
+        timeout=10) as held:``. The *options* are :class:`Lock`'s; see
+        :class:`~django_redislock.primitives.lock_set.LockSet`."""
+        from .lock_set import LockSet
+
+        return LockSet(names, self.lock, **options)
 
     # -- operator actions ------------------------------------------------------
 

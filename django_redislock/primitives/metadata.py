@@ -2,7 +2,8 @@
 
 ``host``, ``pid``, ``thread`` (and the asyncio ``task``) of the caller, then the Lock's
 ``purpose``, ``extra`` and top-level ``meta`` fields, and ``"renews": false`` for a lock that
-is not renewed (so its lease running down does not look like a dead holder). It is sent on
+is not renewed (so its lease running down does not look like a dead holder), and the
+``lock_delay`` of a lock that has one. It is sent on
 every acquire, so it is serialised once per (process, thread, task): shared by all plain
 locks, and kept per Lock when it has metadata of its own.
 """
@@ -38,12 +39,13 @@ class HolderMeta:
         extra: dict[str, Any] | None,
         meta: dict[str, Any] | None,
         auto_renew: bool,
+        lock_delay_ms: int = 0,
     ) -> bytes:
         """The JSON (bytes) for the current caller of a Lock with these options."""
         loop = _get_running_loop()
         task = None if loop is None else asyncio.current_task(loop)
         ident = (os.getpid(), threading.current_thread().name, task.get_name() if task else "")
-        plain = purpose is None and not extra and not meta and auto_renew
+        plain = purpose is None and not extra and not meta and auto_renew and not lock_delay_ms
         if plain:
             text = _plain_meta.get(ident)
             if text is not None:
@@ -62,6 +64,8 @@ class HolderMeta:
                 fields.setdefault(field, value)
         if not auto_renew:
             fields["renews"] = False
+        if lock_delay_ms:
+            fields["lock_delay"] = lock_delay_ms / 1000  # shown where the holder is
         text = json.dumps(fields, separators=(",", ":")).encode()
         if plain:
             if len(_plain_meta) >= 1024:

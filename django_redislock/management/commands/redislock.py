@@ -37,6 +37,8 @@ from django_redislock.describe.snapshot import (
 from django_redislock.engine.info import HolderInfo, LockInfo
 from django_redislock.exceptions import LockError
 from django_redislock.primitives.manager import LockManager
+from django_redislock.runner.cli import RUN_HELP, add_run_arguments, run_from_options
+from django_redislock.runner.cli import split_command as _split_command
 
 #: Locks printed at a time by ``list`` (``--json`` reads their waiters in one round trip).
 BATCH = 200
@@ -133,9 +135,17 @@ class Command(BaseCommand):
                 type=int,
                 help="only the holder with this fencing token (if it still holds)",
             )
+        add_run_arguments(sub.add_parser("run", help=RUN_HELP, description=RUN_HELP))
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """``run NAME [options] -- CMD ...``: the command after ``--`` is not parsed."""
+        before, self.run_command = _split_command(argv)
+        super().run_from_argv(before if "run" in before else argv)
 
     def handle(self, *args: Any, **options: Any) -> None:
         manager = LockManager(options.get("cache"))
+        if options["action"] == "run":
+            raise SystemExit(run_from_options(manager, options, getattr(self, "run_command", [])))
         handlers = {
             "list": self._list,
             "show": self._show,
