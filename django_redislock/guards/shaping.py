@@ -17,7 +17,12 @@ functions (sync and async), views and Celery tasks:
 * :func:`finish` / :func:`afinish`: a run ended: start the cooldown;
 * :func:`function_limited` and :func:`view_limited`: what a refused call of a
   function or a view returns (tasks: :mod:`django_redislock.celery.shaping`);
-* :func:`shaping_state`: the window's count and the cooldown's end (read-only).
+* :func:`check_coalesce`, :func:`check_debounce`: the Celery-only options
+  ``coalesce`` and ``debounce`` validated where the decorator is applied (their
+  run-time parts are :mod:`django_redislock.celery.coalesce` and ``.debounce``);
+* :func:`shaping_key`: a shaping key under the lock name's hash tag;
+* :func:`shaping_state`: the window's count, the cooldown's end, the pending
+  coalesced call and the debounce deadline (read-only).
 
 Not on Redlock: the counters would live on every master and a majority could not
 bound the starts; the first call on a Redlock backend raises
