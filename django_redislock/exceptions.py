@@ -224,6 +224,11 @@ class StaleFencingToken(LockLost):
         self.target = target
 
 
+class ShapingUnsupported(TypeError):
+    """``rate=``, ``cooldown=``, coalescing or debouncing used where they cannot be kept:
+    on Redlock, whose masters would each count starts with their own clock."""
+
+
 class FencingUnsupported(LockError):
     """A store-enforced fencing call (``check()``, a guarded write) was asked of a
     backend where one script cannot check the hold and act on it: Redlock, whose

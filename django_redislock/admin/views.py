@@ -27,6 +27,7 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
 from ..conf import setting
+from ..describe.shaping import shaping_lines
 from ..describe.snapshot import (
     Liveness,
     ago_text,
@@ -39,7 +40,7 @@ from ..describe.snapshot import (
 )
 from ..engine.info import HolderInfo, LockInfo
 from ..engine.validate import validate_name
-from ..exceptions import LockBackendError
+from ..exceptions import LockBackendError, ShapingUnsupported
 from ..primitives.manager import LockManager
 from .contention import contention_page, history_context
 from .listing import scan_window
@@ -344,11 +345,23 @@ def change_view(model_admin: ViewerAdmin, request: HttpRequest, object_id: str) 
         "waiters": waiter_lines(info) if info else [],
         "waiting": queue_text(info) if info else "",
         "task_args_json": _pretty(mutex.meta.get("args") if mutex else None),
+        "shaping": _shaping_lines(model_admin, name, info),
         **history_context(model_admin, name),
     }
     return TemplateResponse(
         request, "django_redislock/admin/lock_detail.html", context, status=200 if info else 404
     )
+
+
+def _shaping_lines(model_admin: ViewerAdmin, name: str, info: LockInfo | None) -> list[str]:
+    """What shapes the key's runs now, in words (empty when nothing does, and where the
+    backend keeps no shaping: Redlock, or an unreadable name)."""
+    try:
+        state = model_admin.lock_manager.shaping(name)
+    except (ShapingUnsupported, TypeError, ValueError, LockBackendError):
+        return []
+    options = info.meta.get("shaping") if info is not None else None
+    return shaping_lines(state, options if isinstance(options, dict) else None)
 
 
 def contention_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpResponse:

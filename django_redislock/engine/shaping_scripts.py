@@ -79,7 +79,10 @@ COOL = Script("SHAPE_COOL", _COOL)
 # debounce hash.  ARGV[1]: window (ms).
 # Returns {starts in the window now, ms left of the cooldown (0: none), ms until
 # the oldest start leaves the window (0: empty), 1 if a coalesced call is pending,
-# ms until the debounced run is due (-1: none pending)}: a key's state in numbers.
+# ms until the debounced run is due (-1: none pending), the window (ms; 0: unknown)}:
+# a key's state in numbers. ARGV[1] 0: the window is read from the log (each
+# admission sets its expiry to one window: the time since the newest start plus the
+# log's PTTL).
 _STATE = (
     r"""
 local R, C, P, D = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -88,18 +91,25 @@ local window = tonumber(ARGV[1])
     + _CLOCK
     + r"""
 local now = now_ms()
-local after = '(' .. num(now - window)
-local count = redis.call('ZCOUNT', R, after, '+inf')
-local oldest = redis.call('ZRANGEBYSCORE', R, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-local frees = 0
-if oldest[2] then frees = tonumber(oldest[2]) + window - now end
+if window == 0 then
+  local newest = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')
+  local life = redis.call('PTTL', R)
+  if newest[2] and life > 0 then window = life + now - tonumber(newest[2]) end
+end
+local count, frees = 0, 0
+if window > 0 then
+  local after = '(' .. num(now - window)
+  count = redis.call('ZCOUNT', R, after, '+inf')
+  local oldest = redis.call('ZRANGEBYSCORE', R, after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if oldest[2] then frees = tonumber(oldest[2]) + window - now end
+end
 local left = redis.call('PTTL', C)
 if left < 0 then left = 0 end
 local pending = redis.call('HEXISTS', P, 'call')
 local due = redis.call('HGET', D, 'due')
 local due_in = -1
 if due then due_in = math.max(0, tonumber(due) - now) end
-return {count, left, frees, pending, due_in}
+return {count, left, frees, pending, due_in, window}
 """
 )
 STATE = Script("SHAPE_STATE", _STATE)

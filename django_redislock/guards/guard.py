@@ -104,6 +104,9 @@ class GuardConfig:
         labelled for metrics with :attr:`metrics_group`."""
         if self.ttl is not None:
             options["ttl"] = self.ttl
+        shaping = self.shaping_meta
+        if shaping is not None:  # shown in the admin beside the key's shaping state
+            options["meta"] = {**(options.get("meta") or {}), "shaping": shaping}
         lock: Lock
         if self.limit is not None:
             lock = self.lock_manager().semaphore(name, self.limit, owner=owner, **options)
@@ -111,6 +114,23 @@ class GuardConfig:
             lock = self.lock_manager().lock(name, owner=owner, **options)
         lock.metrics_group = self.metrics_group
         return lock
+
+    @property
+    def shaping_meta(self) -> dict[str, Any] | None:
+        """What this guard's locks record of its shaping in their metadata: ``rate``
+        ([starts, window seconds]), ``cooldown`` (s), ``coalesce``, ``debounce`` (s);
+        None when it shapes nothing."""
+        described: dict[str, Any] = {}
+        if self.shaping is not None:
+            if self.shaping.rate_count:
+                described["rate"] = [self.shaping.rate_count, self.shaping.window]
+            if self.shaping.cooldown:
+                described["cooldown"] = self.shaping.cooldown
+        if self.coalesce:
+            described["coalesce"] = True
+        if self.debounce:
+            described["debounce"] = self.debounce
+        return described or None
 
     @property
     def metrics_group(self) -> str:

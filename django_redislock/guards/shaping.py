@@ -42,8 +42,9 @@ from django.http import HttpResponse
 from ..engine.calls import Call
 from ..engine.driver import call_async, call_sync
 from ..engine.identity import new_nonce
-from ..engine.shaping_scripts import ADMIT, COOL, STATE
-from ..exceptions import LockBackendError, LockError, RunLimited
+from ..engine.shaping_scripts import ADMIT, COOL
+from ..engine.shaping_state import ShapingState, decode_state, shaping_key, state_call
+from ..exceptions import LockBackendError, LockError, RunLimited, ShapingUnsupported
 
 if TYPE_CHECKING:
     from ..engine.backends.base import AsyncBackend, Backend
@@ -86,10 +87,6 @@ FUNCTION_LIMITED_MODES = ("raise", "skip")
 _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0, "d": 86400.0}
 _UNITS["day"] = 86400.0
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$")
-
-
-class ShapingUnsupported(TypeError):
-    """``rate=`` or ``cooldown=`` used where they cannot be kept (on Redlock)."""
 
 
 def parse_rate(rate: object) -> tuple[int, float]:
@@ -309,14 +306,6 @@ def _keys(backend: Backend | AsyncBackend, name: str) -> tuple[str, str]:
     return shaping_key(backend, name, "rate"), shaping_key(backend, name, "cooldown")
 
 
-def shaping_key(backend: Backend | AsyncBackend, name: str, part: str) -> str:
-    """The key ``<prefix>:<part>:{<name>}``: under the lock name's hash tag, so in the
-    lock's Cluster slot."""
-    keyspace = backend.keyspace
-    tag = keyspace.keys(name).lock[len(keyspace.prefix) + 1 :]  # "{<name>}", escaped
-    return f"{keyspace.prefix}:{part}:{tag}"
-
-
 def _admit_call(backend: Backend | AsyncBackend, shaping: Shaping, name: str) -> Call:
     return Call(
         ADMIT,
@@ -464,44 +453,16 @@ def _config_of(guarded: Any) -> GuardConfig:
     return config  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
-class ShapingState:
-    """A key's shaping as Redis has it now (for the admin, tests and operators)."""
-
-    #: Starts in the rate window now.
-    count: int
-    #: Seconds left of the cooldown (0: none).
-    cooldown_left: float
-    #: Seconds until the oldest start leaves the window (0: the window is empty).
-    window_frees_in: float
-    #: Coalescing tasks: whether a call is pending (it runs when the running one ends).
-    pending: bool = False
-    #: Debounced tasks: seconds until the pending run is due (None: none pending).
-    debounce_due_in: float | None = None
-
-
 def shaping_state(guarded: Any, name: str) -> ShapingState:
     """The rate window's count, the cooldown left, the pending coalesced call and the
     debounce deadline of the key *name* of *guarded*: a function decorated with
     ``@single_instance`` (or a Celery task made from one), or a ``SingleInstanceTask``.
     Read-only, one round trip."""
     config = _config_of(guarded)
-    shaping = config.shaping or Shaping()
+    shaping = config.shaping
+    window_ms = shaping.window_ms if shaping is not None and shaping.rate_count else 0
     backend = config.lock_manager().backend()
-    keys = (
-        *_keys(backend, name),
-        shaping_key(backend, name, "pending"),
-        shaping_key(backend, name, "debounce"),
-    )
-    call = Call(STATE, keys, (shaping.window_ms,), "read the shaping", name)
-    count, left, frees, pending, due_in = call_sync(call, backend)
-    return ShapingState(
-        int(count),
-        int(left) / 1000,
-        int(frees) / 1000,
-        bool(int(pending)),
-        None if int(due_in) < 0 else int(due_in) / 1000,
-    )
+    return decode_state(call_sync(state_call(backend, name, window_ms), backend))
 
 
 def _give_back(lock: Lock) -> None:

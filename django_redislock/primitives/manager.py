@@ -22,6 +22,7 @@ from ..engine.driver import call_async, call_sync
 from ..engine.history import HistoryEvent, history_call, parse_history
 from ..engine.info import LockInfo
 from ..engine.operator_scripts import force_extend_script, force_release_script
+from ..engine.shaping_state import ShapingState, decode_state, state_call
 from ..engine.validate import to_millis, validate_name, validate_seconds
 from ..exceptions import LockBackendError, about_lock
 from .lock import Lock
@@ -241,6 +242,20 @@ class LockManager:
                 yield info
             if cursor == "0":
                 return
+
+    def shaping(self, name: str) -> ShapingState:
+        """How runs of the guarded key *name* are shaped right now (``@single_instance``'s
+        ``rate``, ``cooldown``, ``coalesce``, ``debounce``): the starts in the rate window
+        (whose length is read from Redis), the cooldown left, whether a coalesced call
+        is pending, when a debounced run is due. One round trip, read-only; all zero for
+        a key nothing shapes. Refused on Redlock (``ShapingUnsupported``)."""
+        backend = self.backend()
+        return decode_state(call_sync(state_call(backend, validate_name(name)), backend))
+
+    async def ashaping(self, name: str) -> ShapingState:
+        """:meth:`shaping` for asyncio."""
+        backend = self.source.abackend()
+        return decode_state(await call_async(state_call(backend, validate_name(name)), backend))
 
     def history(self, name: str) -> list[HistoryEvent]:
         """The recent events of the lock *name*, newest first: hand-offs, expiries

@@ -24,6 +24,7 @@ from django_redislock.describe.history import (
     history_lines,
     spreads,
 )
+from django_redislock.describe.shaping import shaping_as_dict, shaping_lines
 from django_redislock.describe.snapshot import (
     WaiterLine,
     liveness,
@@ -35,7 +36,8 @@ from django_redislock.describe.snapshot import (
     with_waiters,
 )
 from django_redislock.engine.info import HolderInfo, LockInfo
-from django_redislock.exceptions import LockError
+from django_redislock.engine.shaping_state import ShapingState
+from django_redislock.exceptions import LockError, ShapingUnsupported
 from django_redislock.primitives.manager import LockManager
 from django_redislock.runner.cli import RUN_HELP, add_run_arguments, run_from_options
 from django_redislock.runner.cli import split_command as _split_command
@@ -65,6 +67,14 @@ def _primitive(info: LockInfo) -> str:
             return "rwlock write" + (f"+{reading}" if readers else "")
         return f"rwlock {reading}"
     return info.primitive
+
+
+def _shaping_of(manager: LockManager, name: str) -> ShapingState | None:
+    """The key's shaping, or None where the backend keeps none (Redlock)."""
+    try:
+        return manager.shaping(name)
+    except ShapingUnsupported:
+        return None
 
 
 def _holder_line(holder: HolderInfo) -> str:
@@ -236,12 +246,19 @@ class Command(BaseCommand):
 
     def _show(self, manager: LockManager, options: dict[str, Any]) -> None:
         info = manager.get(options["name"])
+        state = _shaping_of(manager, options["name"])
+        recorded = info.meta.get("shaping") if info is not None else None
+        shaping = recorded if isinstance(recorded, dict) else None
         if info is None:
-            raise CommandError(f"lock {options['name']!r} is not held")
+            lines = [] if state is None else shaping_lines(state)
+            raise CommandError(" ".join([f"lock {options['name']!r} is not held.", *lines]))
         data = lock_as_dict(info)
+        if state is not None and (state.active or shaping):
+            data["shaping"] = shaping_as_dict(state, shaping)
         if options["json"]:
             self.stdout.write(json.dumps(data))
             return
+        data.pop("shaping", None)
         holders = data.pop("holders")
         del data["waiters"]
         for key, value in data.items():
@@ -253,6 +270,8 @@ class Command(BaseCommand):
         self.stdout.write(f"{'waiters':>14}: {queue_text(info)}")
         for line in waiter_lines(info):
             self.stdout.write(_waiter_line(line))
+        for text in [] if state is None else shaping_lines(state, shaping):
+            self.stdout.write(f"{'shaping':>14}: {text}")
 
     def _selection(self, options: dict[str, Any]) -> tuple[str, str | None, int | None]:
         return options["name"], options.get("owner"), options.get("fencing_token")
