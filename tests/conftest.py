@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 
 from django_redislock import LockManager
-from tests.redis_server import redis_server_binary, server_version
+from tests.redis_server import RedisServer, redis_server_binary, server_version
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -40,3 +40,12 @@ def manager(request: pytest.FixtureRequest) -> LockManager:
 def name() -> str:
     """A lock name unique to the test."""
     return f"test:{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def masters() -> Iterator[list[RedisServer]]:
+    """Three independent redis-server masters (a Redlock's), stopped after the test."""
+    servers = [RedisServer() for _ in range(3)]
+    yield servers
+    for server in servers:
+        server.stop()

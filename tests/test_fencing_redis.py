@@ -5,7 +5,6 @@ guarded writes of ``held.guarded()``, sync and asyncio, on one Redis, a Redis Cl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -223,14 +222,6 @@ def test_a_command_error_is_a_backend_error_and_writes_nothing(
 
 
 # -- Redlock and the scripts' keys ----------------------------------------------------
-
-
-@pytest.fixture
-def masters() -> Iterator[list[RedisServer]]:
-    servers = [RedisServer() for _ in range(3)]
-    yield servers
-    for server in servers:
-        server.stop()
 
 
 def test_redlock_refuses_checks_and_guarded_writes(masters: list[RedisServer], name: str) -> None:

@@ -295,14 +295,6 @@ def test_every_script_names_a_key_on_one_redis(server: RedisServer) -> None:
     assert missed == set(), f"the workload never sent {sorted(missed)}: add it here"
 
 
-@pytest.fixture
-def masters() -> Iterator[list[RedisServer]]:
-    servers = [RedisServer() for _ in range(3)]
-    yield servers
-    for server in servers:
-        server.stop()
-
-
 def test_every_script_names_a_key_on_redlock(masters: list[RedisServer]) -> None:
     urls = [f"{s.url}?socket_timeout=5" for s in masters]
     with override_settings(REDISLOCK_REDLOCK_MONOTONIC_FENCING=True):  # the commit round

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -370,14 +369,6 @@ def test_coalesce_and_debounce_on_a_plain_function_are_a_type_error_at_the_call(
 
     with pytest.raises(TypeError, match="only work on Celery tasks"):
         work()
-
-
-@pytest.fixture
-def masters() -> Iterator[list[RedisServer]]:
-    servers = [RedisServer() for _ in range(3)]
-    yield servers
-    for server in servers:
-        server.stop()
 
 
 def test_redlock_is_refused_with_a_clear_error(masters: list[RedisServer], name: str) -> None:

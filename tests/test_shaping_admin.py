@@ -9,7 +9,6 @@ import asyncio
 import json
 import re
 import threading
-from collections.abc import Iterator
 from io import StringIO
 
 import pytest
@@ -180,14 +179,6 @@ def test_manage_py_redislock_show_of_a_key_in_cooldown(name: str) -> None:
     work()
     with pytest.raises(CommandError, match=r"is not held\. Cooldown: no start for another 1[45] s"):
         call_command("redislock", "show", name)
-
-
-@pytest.fixture
-def masters() -> Iterator[list[RedisServer]]:
-    servers = [RedisServer() for _ in range(3)]
-    yield servers
-    for server in servers:
-        server.stop()
 
 
 def test_redlock_has_no_shaping_to_read(masters: list[RedisServer], name: str) -> None:
