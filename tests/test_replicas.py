@@ -329,7 +329,14 @@ def test_a_held_lock_survives_a_sentinel_failover(sentinels: SentinelSetup, name
         restarted.wait_ready()
         back = redis.Redis(port=old_port, socket_timeout=1)
         wait_until(lambda: back.hget(holder.key, "owner") is not None, 30, "the rejoined replica")
-        assert holder.extend(5)
+
+        def confirmed_extension() -> bool:
+            try:
+                return holder.extend(5)
+            except LockNotReplicated:  # its first acknowledgement may come after the WAIT
+                return False
+
+        wait_until(confirmed_extension, 10, "an extension the rejoined replica confirms")
         assert holder.release() == 0
         assert other.acquire(blocking=False)
         assert other.fencing_token is not None and other.fencing_token > token
