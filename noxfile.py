@@ -43,6 +43,8 @@ from packaging.requirements import Requirement
 # while Django 5.2 LTS supports it.
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 DJANGOS = ["5.2", "6.0", "6.1"]
+#: The Djangos django-celery-beat supports (the "beat" dependency group).
+BEAT_DJANGOS = ("5.2", "6.0")
 # Django 5.2 supports Python 3.10 to 3.14; 6.0 and 6.1 need 3.12 or newer.
 UNSUPPORTED = {(python, django) for python in ("3.10", "3.11") for django in ("6.0", "6.1")}
 
@@ -190,6 +192,10 @@ def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
     # A real django.tasks worker for tests/test_django_tasks_worker.py (Django 6+ only:
     # django-tasks-db needs Django 5.2+ and, before 6.0, a backport the tests skip).
     workers = ["django-tasks-db>=0.13"] if not django.startswith("5.") else []
+    # django-celery-beat for tests/test_beat.py's DatabaseScheduler cases, where it supports
+    # the cell's Django (2.9: Django < 6.1; the cases skip elsewhere).
+    if django in BEAT_DJANGOS:
+        workers += _groups("beat")
     if deps == "oldest":
         session.install("-e", ".", *_groups("test"), f"Django~={django}.0", *OLDEST, *workers)
     else:
