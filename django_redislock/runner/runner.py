@@ -243,7 +243,9 @@ class Runner:
             self.say(f"pid {proc.pid} still running after {self.spec.grace:g} s: SIGKILL")
             _signal(proc, signal.SIGKILL)
             await exited
-        await self._release(quiet=True)
+        # No release: the lock is gone (its lease ran out, or is running out behind a
+        # partition, or an operator released it). A release would be refused, or would
+        # wait on the very partition, and keep a standby's runner waiting for nothing.
         self.say(f"exiting {EXIT_LOST}: the command was stopped because the lock was lost")
         return EXIT_LOST
 
