@@ -25,7 +25,6 @@ import json
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,46 +34,9 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from call_timing import configure, cpu_model, percentile, timed  # noqa: E402
+
 from tests.redis_server import RedisServer  # noqa: E402
-
-
-def _configure(url: str) -> None:
-    import django
-    from django.conf import settings
-
-    settings.configure(
-        INSTALLED_APPS=["django.contrib.contenttypes", "django_redislock"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        REDISLOCK_URL=url,
-        USE_TZ=True,
-    )
-    django.setup()
-
-
-def _timed(call: Callable[[], Any], ops: int) -> list[float]:
-    """Microseconds of each of *ops* calls."""
-    out = []
-    for _ in range(ops):
-        start = time.perf_counter_ns()
-        call()
-        out.append((time.perf_counter_ns() - start) / 1000)
-    return out
-
-
-def _cpu() -> str:
-    """The CPU model (ratios compare across machines, microseconds do not)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:
@@ -89,7 +51,7 @@ def main() -> None:
 
     server = RedisServer()
     try:
-        _configure(server.url)
+        configure(server.url, sqlite=True)
         from django.db import connection, models
 
         from django_redislock import locks
@@ -141,13 +103,13 @@ def main() -> None:
             samples: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in pairs}
             for pair in pairs.values():  # warm-up: scripts loaded, connections made
                 for call in pair:
-                    _timed(call, 50)
+                    timed(call, 50)
             for _ in range(args.rounds):
                 for key, (base, fenced) in pairs.items():
-                    samples[key][0].extend(_timed(base, args.ops))
-                    samples[key][1].extend(_timed(fenced, args.ops))
+                    samples[key][0].extend(timed(base, args.ops))
+                    samples[key][1].extend(timed(fenced, args.ops))
         rows = []
-        print(f"{_cpu()}, Python {platform.python_version()}, "
+        print(f"{cpu_model()}, Python {platform.python_version()}, "
               f"redis-py {redis.__version__}, {args.rounds} rounds x {args.ops} calls")  # fmt: skip
         print(f"{'write':<10} {'plain p50':>10} {'p99':>8} {'guarded p50':>12} {'p99':>8} "
               f"{'p50 ratio':>10}")  # fmt: skip
@@ -155,9 +117,9 @@ def main() -> None:
             row = {
                 "write": key,
                 "plain_p50_us": statistics.median(base),
-                "plain_p99_us": _p(base, 0.99),
+                "plain_p99_us": percentile(base, 0.99),
                 "guarded_p50_us": statistics.median(fenced),
-                "guarded_p99_us": _p(fenced, 0.99),
+                "guarded_p99_us": percentile(fenced, 0.99),
             }
             row["ratio_p50"] = row["guarded_p50_us"] / row["plain_p50_us"]
             rows.append(row)

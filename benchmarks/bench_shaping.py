@@ -24,7 +24,6 @@ import argparse
 import itertools
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,43 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from call_timing import configure, cpu_model, percentile, timed  # noqa: E402
+
 from tests.redis_server import RedisServer  # noqa: E402
-
-
-def _configure(url: str) -> None:
-    import django
-    from django.conf import settings
-
-    settings.configure(
-        INSTALLED_APPS=["django.contrib.contenttypes", "django_redislock"],
-        REDISLOCK_URL=url,
-        USE_TZ=True,
-    )
-    django.setup()
-
-
-def _timed(call: Callable[[], Any], ops: int) -> list[float]:
-    out = []
-    for _ in range(ops):
-        start = time.perf_counter_ns()
-        call()
-        out.append((time.perf_counter_ns() - start) / 1000)
-    return out
-
-
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def main() -> None:
@@ -82,7 +47,7 @@ def main() -> None:
 
     server = RedisServer()
     try:
-        _configure(server.url)
+        configure(server.url)
         import redis
 
         from django_redislock import single_instance
@@ -115,16 +80,18 @@ def main() -> None:
         baseline = {"cooldown": "plain, fresh key"}
         samples: dict[str, list[float]] = {k: [] for k in calls}
         for call in calls.values():  # warm-up: scripts loaded, connections made
-            _timed(call, 50)
+            timed(call, 50)
         for _ in range(args.rounds):
             for key, call in calls.items():
-                samples[key].extend(_timed(call, args.ops))
-        print(f"{_cpu()}, redis-py {redis.__version__}, {args.rounds} rounds x {args.ops} calls")
+                samples[key].extend(timed(call, args.ops))
+        print(
+            f"{cpu_model()}, redis-py {redis.__version__}, {args.rounds} rounds x {args.ops} calls"
+        )
         print(f"{'guard':<18} {'p50 µs':>8} {'p99 µs':>8} {'p50 / its plain':>16}")
         for key, values in samples.items():
             p50 = statistics.median(values)
             base = statistics.median(samples[baseline.get(key, "plain")])
-            print(f"{key:<18} {p50:>8.1f} {_p(values, 0.99):>8.1f} {p50 / base:>15.2f}x")
+            print(f"{key:<18} {p50:>8.1f} {percentile(values, 0.99):>8.1f} {p50 / base:>15.2f}x")
     finally:
         server.stop()
 

@@ -10,6 +10,7 @@ import redis
 from django.conf import settings
 
 from django_redislock import LockManager
+from tests.postgres_server import PostgresServer, postgres_binaries
 from tests.redis_server import RedisServer, redis_server_binary, server_version
 
 
@@ -49,3 +50,18 @@ def masters() -> Iterator[list[RedisServer]]:
     yield servers
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL cluster of the test module's own, on loopback (skipped without
+    PostgreSQL's binaries or the psycopg driver)."""
+    bindir = postgres_binaries()
+    if bindir is None:
+        pytest.skip(
+            "PostgreSQL's initdb and postgres are not installed (apt-get install postgresql)"
+        )
+    pytest.importorskip("psycopg", reason="the psycopg driver is in the test group")
+    server = PostgresServer(bindir)
+    yield server
+    server.stop()

@@ -16,21 +16,6 @@ from django.db import connections
 from django_redislock import LockLost, locks
 from django_redislock.exceptions import StaleFencingToken
 from tests.fencing_models import Invoice, Unfenced
-from tests.postgres_server import PostgresServer, postgres_binaries
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    """A PostgreSQL cluster of this module's own, on loopback."""
-    bindir = postgres_binaries()
-    if bindir is None:
-        pytest.skip(
-            "PostgreSQL's initdb and postgres are not installed (apt-get install postgresql)"
-        )
-    pytest.importorskip("psycopg", reason="the psycopg driver is in the test extra")
-    server = PostgresServer(bindir)
-    yield server
-    server.stop()
 
 
 def add_database(alias: str, entry: dict[str, Any]) -> None:

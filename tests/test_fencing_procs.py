@@ -25,7 +25,7 @@ from django.db import connections
 
 from django_redislock import locks
 from tests.fencing_models import Invoice
-from tests.postgres_server import PostgresServer, postgres_binaries
+from tests.postgres_server import PostgresServer
 from tests.test_fencing_db import add_database
 from tests.test_multiprocess import _expect_line
 
@@ -34,19 +34,6 @@ pytestmark = pytest.mark.slow
 
 GUARDED = ["check", "set", "hset", "incrby", "delete", "execute"]
 AGUARDED = ["acheck", "aset", "ahset", "aincrby", "adelete", "aexecute"]
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    bindir = postgres_binaries()
-    if bindir is None:
-        pytest.skip(
-            "PostgreSQL's initdb and postgres are not installed (apt-get install postgresql)"
-        )
-    pytest.importorskip("psycopg", reason="the psycopg driver is in the test extra")
-    server = PostgresServer(bindir)
-    yield server
-    server.stop()
 
 
 @pytest.fixture

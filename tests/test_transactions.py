@@ -26,7 +26,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_redislock import LockNotAcquired, locks, single_instance
-from tests.postgres_server import PostgresServer, postgres_binaries
+from tests.postgres_server import PostgresServer
 from tests.test_multiprocess import _expect_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -253,20 +253,6 @@ def test_a_durable_atomic_refused_inside_a_transaction_releases_the_lock(name: s
 
 
 # -- slow commits, several processes -------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    """A PostgreSQL cluster of this module's own, on loopback."""
-    bindir = postgres_binaries()
-    if bindir is None:
-        pytest.skip(
-            "PostgreSQL's initdb and postgres are not installed (apt-get install postgresql)"
-        )
-    pytest.importorskip("psycopg", reason="the psycopg driver is in the test extra")
-    server = PostgresServer(bindir)
-    yield server
-    server.stop()
 
 
 def _sqlite_counter(tmp_path: Path) -> dict[str, Any]:

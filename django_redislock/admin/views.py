@@ -40,7 +40,7 @@ from ..describe.snapshot import (
 )
 from ..engine.info import HolderInfo, LockInfo
 from ..engine.validate import validate_name
-from ..exceptions import LockBackendError, ShapingUnsupported
+from ..exceptions import LockBackendError
 from ..primitives.manager import LockManager
 from .contention import contention_page, history_context
 from .listing import scan_window
@@ -358,7 +358,7 @@ def _shaping_lines(model_admin: ViewerAdmin, name: str, info: LockInfo | None) -
     backend keeps no shaping: Redlock, or an unreadable name)."""
     try:
         state = model_admin.lock_manager.shaping(name)
-    except (ShapingUnsupported, TypeError, ValueError, LockBackendError):
+    except (TypeError, ValueError, LockBackendError):  # ShapingUnsupported: Redlock
         return []
     options = info.meta.get("shaping") if info is not None else None
     return shaping_lines(state, options if isinstance(options, dict) else None)

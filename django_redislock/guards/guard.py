@@ -24,6 +24,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..engine.history import HistoryEvent, hold_spread
@@ -115,11 +116,12 @@ class GuardConfig:
         lock.metrics_group = self.metrics_group
         return lock
 
-    @property
+    @cached_property
     def shaping_meta(self) -> dict[str, Any] | None:
         """What this guard's locks record of its shaping in their metadata: ``rate``
         ([starts, window seconds]), ``cooldown`` (s), ``coalesce``, ``debounce`` (s);
-        None when it shapes nothing."""
+        None when it shapes nothing. Made once per guard: every guarded call's lock
+        carries it."""
         described: dict[str, Any] = {}
         if self.shaping is not None:
             if self.shaping.rate_count:
