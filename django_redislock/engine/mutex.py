@@ -123,3 +123,12 @@ Kind = Mutex | Shared
 
 #: A fair mutex hold without a parent (the default).
 FAIR = Mutex()
+_BARGING = Mutex(barge=True)
+
+
+def mutex_kind(*, barge: bool, parent: str) -> Mutex:
+    """The kind of a mutex hold with these options (the two without a parent are shared:
+    a Lock is made per use, and a kind is immutable)."""
+    if parent:
+        return Mutex(barge=barge, parent=parent)
+    return _BARGING if barge else FAIR

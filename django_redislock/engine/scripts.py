@@ -43,11 +43,14 @@ local function now_ms() return math.floor(now_us() / 1000) end
 local function num(x) return string.format('%.0f', x) end
 """
 
-_GRANT = (
-    r"""
+_KEYS = r"""
 local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 """
-    + _CLOCK
+
+# Defined after a script's fast path where that path grants nothing (a release):
+# each function definition costs the script time on every run.
+_GRANT_FUNCTION = (
+    _CLOCK
     + r"""
 
 -- Make *owner* the holder, overwriting any previous holder's fields. The
@@ -58,8 +61,12 @@ local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 -- With *overwrite*, the previous holder's hash is reused in place (a hand-off
 -- from a release), so its partial-release nonce is cleared too. The grant is
 -- dated by Redis's clock: a client with a wrong clock cannot misdate it.
-local function grant(owner, nonce, ttl, meta, retention, overwrite)
-  local fence = (tonumber(redis.call('HGET', F, 'fence')) or 0) + 1
+-- *last*: the fence hash's 'fence' when the caller read it already (false: none).
+-- *queued*: waiters may be queued behind this grant, so the new holder's release
+-- must look at the queue ('q', see mark_queued); a reused hash keeps its 'q'.
+local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued)
+  if last == nil then last = redis.call('HGET', F, 'fence') end
+  local fence = (tonumber(last) or 0) + 1
   local t = now_us()
   if t > fence then fence = t end
   fence = num(fence)
@@ -72,6 +79,9 @@ local function grant(owner, nonce, ttl, meta, retention, overwrite)
   if overwrite then
     redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
                'ttl', ttl, 'op', nonce, 'meta', meta, 'rel', '')
+  elseif queued then
+    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
+               'ttl', ttl, 'op', nonce, 'meta', meta, 'q', '1')
   else
     redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
                'ttl', ttl, 'op', nonce, 'meta', meta)
@@ -85,6 +95,7 @@ local function grant(owner, nonce, ttl, meta, retention, overwrite)
 end
 """
 )
+_GRANT = _KEYS + _GRANT_FUNCTION
 
 # A record's or entry's first n '|'-separated fields, then the rest (meta, which may
 # contain '|'); and the first live waiter of the queue. Shared with shared_scripts.
@@ -242,13 +253,28 @@ local function handoff(retention, overwrite)
     expired(w, e)
   end
   local p = entry_fields(e)
-  local fence = grant(w, p[4], p[2], p[5], retention, overwrite)
+  local fence = grant(w, p[4], p[2], p[5], retention, overwrite, nil, true)
   -- Leased only for the claim window until the waiter confirms (its watchdog's
   -- first renewal, or CLAIM): a waiter that died meanwhile costs that, not a lease.
   local ttl = tonumber(p[2])
   if ttl == 0 or ttl > CLAIM_MS then redis.call('PEXPIRE', L, CLAIM_MS) end
   redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
   return true
+end
+
+-- The queue's flags: while waiters may be queued, the fence hash and the lock hash
+-- carry 'q', so the fast paths (a free lock's acquire, a release) look at the queue
+-- only then. The fence hash outlives the queue; the lock hash gets 'q' from here
+-- and from every grant that may leave waiters behind it (see grant's *queued*).
+local function mark_queued(life)
+  redis.call('HSET', L, 'q', '1')
+  redis.call('HSET', F, 'q', '1')
+  if redis.call('PTTL', F) < life then redis.call('PEXPIRE', F, life) end
+end
+
+-- Once the queue is gone, the free lock's acquire takes the fast path again.
+local function unmark_if_empty()
+  if redis.call('EXISTS', Q) == 0 then redis.call('HDEL', F, 'q') end
 end
 """
 )
@@ -330,10 +356,16 @@ ACQUIRE = (
     + _REENTER
     + r"""
 local retention, barge = ARGV[6], ARGV[9] == '1'
--- A free lock, and nobody waits -- or barging (fair=False): whoever waits.
-if not h[1] and (barge or redis.call('EXISTS', Q) == 0) then
-  if barge and redis.call('HDEL', E, owner) == 1 then redis.call('LREM', Q, 0, owner) end
-  return tonumber(grant(owner, nonce, ttl, meta, retention))
+-- A free lock, and nobody waits ('q' unset: see mark_queued) -- or barging
+-- (fair=False): whoever waits.
+local f
+if not h[1] then
+  f = redis.call('HMGET', F, 'fence', 'q')
+  if not f[2] then return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1])) end
+  if barge then
+    if redis.call('HDEL', E, owner) == 1 then redis.call('LREM', Q, 0, owner) end
+    return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1], true))
+  end
 end
 """
     + _TAKEOVER
@@ -350,12 +382,14 @@ if not h[1] then
       redis.call('HDEL', E, owner)
       expired(owner, e)
     end
-    return tonumber(grant(owner, nonce, ttl, meta, retention))
+    unmark_if_empty()
+    return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1], head ~= nil))
   end
   handoff(retention)
 end
 if channel ~= '' then
   enqueue(owner, nonce, life, ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta, ARGV[5])
+  mark_queued(life)
 end
 return -2 - redis.call('PTTL', L)
 """
@@ -371,7 +405,7 @@ return -2 - redis.call('PTTL', L)
 # repeat (same nonce), or a partial release; what follows frees the lock (c == 0).
 _RELEASE_HEAD = r"""
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
-local h = redis.call('HMGET', L, 'owner', 'rel', 'count')
+local h = redis.call('HMGET', L, 'owner', 'rel', 'count', 'q')
 if h[1] ~= owner then
   if redis.call('HGET', F, 'rel') == nonce then return 0 end
   return -1
@@ -390,17 +424,20 @@ end
 """
 
 RELEASE = (
-    _GRANT
+    _KEYS
     + _RELEASE_HEAD
     + r"""
-if redis.call('EXISTS', Q) == 0 then
+-- Nobody was queued while this hold lasted ('q' unset: see mark_queued).
+if not h[4] or redis.call('EXISTS', Q) == 0 then
   redis.call('DEL', L)
   if redis.call('HSET', F, 'rel', nonce, 'cur', '') == 2 then
     redis.call('PEXPIRE', F, retention)
   end
+  if h[4] then redis.call('HDEL', F, 'q') end
   return 0
 end
 """
+    + _GRANT_FUNCTION
     + _QUEUE
     + r"""
 if ARGV[5] == 'poke' then
@@ -416,6 +453,7 @@ elseif not handoff(retention, true) then
   redis.call('HSET', F, 'cur', '')
 end
 if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
+unmark_if_empty()
 return 0
 """
 )

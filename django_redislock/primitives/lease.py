@@ -18,6 +18,8 @@ UNSET: Any = object()
 
 
 _lease_cache: dict[Any, tuple[int, bytes]] = {}
+#: Validated ``ttl`` values (int and float only) and their leases: a Lock is made per use.
+_ttl_cache: dict[float, tuple[int, bytes]] = {}
 #: Small hold counts as script arguments.
 _COUNTS = [str(i).encode() for i in range(8)]
 
@@ -60,5 +62,13 @@ def lease_of(ttl: Any, no_expiry: bool) -> tuple[int, bytes]:
             "ttl must be a positive number of seconds, got 0 (redis-py's timeout=0 "
             "means no expiry; here that is ttl=None, no_expiry=True)"
         )
+    exact = type(ttl) in (int, float)  # (not bool, Decimal, ...: validated every time)
+    if exact:
+        cached = _ttl_cache.get(ttl)
+        if cached is not None:
+            return cached
     ms = to_millis(validate_seconds(ttl, "ttl"), "ttl")
-    return ms, str(ms).encode()
+    lease = ms, str(ms).encode()
+    if exact and len(_ttl_cache) < 64:
+        _ttl_cache[ttl] = lease
+    return lease

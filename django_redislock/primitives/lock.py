@@ -34,7 +34,7 @@ from ..engine.guarding import guard_owner
 from ..engine.holds import Hold, HoldTable, known_holds
 from ..engine.identity import current_owner, new_nonce
 from ..engine.keys import LockKeys
-from ..engine.mutex import Kind, Mutex
+from ..engine.mutex import Kind, Mutex, mutex_kind
 from ..engine.scripts import HANDOFF_CLAIM_MS
 from ..engine.shared import Shared
 from ..engine.validate import (
@@ -177,7 +177,7 @@ class Lock:
         if inherit_from is not None and self._shared is not None:
             raise ValueError("inherit_from is for mutexes (locks.lock) only")
         #: What a hold of this lock is; it makes every call (see engine/mutex.py).
-        self._kind: Kind = self._shared or Mutex(
+        self._kind: Kind = self._shared or mutex_kind(
             barge=not fair, parent="" if inherit_from is None else validate_owner(inherit_from)
         )
         self.manager = manager
@@ -211,6 +211,8 @@ class Lock:
             self.wait_replicas = validate_replicas(wait_replicas, "wait_replicas")
         self._holds = HoldTable()
         self._keys_cache: tuple[Any, LockKeys] | None = None
+        #: The last (owner, KnownHolds key) asked for: one owner per Lock is the common case.
+        self._known_cache: tuple[str, tuple[str, str, str]] | None = None
         self._meta_text = HolderMeta()
 
     # -- identity and plumbing -------------------------------------------------
@@ -226,6 +228,16 @@ class Lock:
         explicit ``owner``, else the guard's running on this name (a guarded task,
         view or function holding it), else the current thread's or asyncio task's."""
         return self._owner or guard_owner(self.name) or current_owner()
+
+    def _caller(self) -> tuple[str, bool]:
+        """``(owner, made_up)`` of the caller: :attr:`owner`, and whether this process made
+        it up for the calling thread or task (see :meth:`_made_up`), in one look."""
+        if self._owner is not None:
+            return self._owner, False
+        guarded = guard_owner(self.name)
+        if guarded is not None:
+            return guarded, False
+        return current_owner(), True
 
     def _call_keys(self, backend: Backend | AsyncBackend) -> tuple[bytes, ...]:
         """The keys of this lock's calls."""
@@ -255,8 +267,9 @@ class Lock:
         timeout: float | None,
         blocking_timeout: float | None,
         token: str | bytes | None,
-    ) -> tuple[str, bool, float | None]:
-        """(owner, blocking, timeout) of one acquire call, from its arguments and defaults."""
+    ) -> tuple[str, bool, bool, float | None]:
+        """(owner, made_up, blocking, timeout) of one acquire call, from its arguments and
+        defaults (*made_up*: see :meth:`_caller`)."""
         if token is not None:
             self._owner = validate_owner(token)
         if blocking is None:
@@ -271,12 +284,14 @@ class Lock:
             # One attempt, as in redis-py: a zero wait, or blocking=False, which wins
             # over a wait passed with it (redis-py ignores its blocking_timeout then).
             blocking, timeout = False, None
-        return self.owner, bool(blocking), timeout
+        owner, made_up = self._caller()
+        return owner, made_up, bool(blocking), timeout
 
     def _acquire_op(
         self,
         backend: Backend | AsyncBackend,
         owner: str,
+        made_up: bool,
         blocking: bool,
         timeout: float | None,
     ) -> flows.AcquireOp:
@@ -295,14 +310,17 @@ class Lock:
 
         keys = self._call_keys(backend)  # (fills the key cache _known_key reads)
         known = b""
-        if self._made_up(owner):
+        if made_up:
             # What the client knows of its holds, the kind's own first ("n", or a read's
             # or write's "n|m"): a hold in Redis beyond it is an orphan (see KnownHolds).
-            prefix = self._known_prefix()
-            known = b"|".join(
-                count_arg(known_holds.get((prefix, counted, owner)))
-                for counted in self._kind.known_names(self.name)
-            )
+            counted = self._kind.known_names(self.name)
+            if len(counted) == 1:  # a mutex or a permit: its own count only
+                known = count_arg(known_holds.get(self._known_key(owner)))
+            else:
+                prefix = self._known_prefix()
+                known = b"|".join(
+                    [count_arg(known_holds.get((prefix, name, owner))) for name in counted]
+                )
         if self.lock_delay_ms and backend.features.quorum:
             raise LockError(
                 f"lock {self.name!r}: lock_delay needs one Redis or a Redis Cluster: Redlock "
@@ -357,18 +375,20 @@ class Lock:
         ``await aacquire()`` there.
         """
         del sleep
-        owner, blocking, timeout = self._wait_policy(blocking, timeout, blocking_timeout, token)
+        owner, made_up, blocking, timeout = self._wait_policy(
+            blocking, timeout, blocking_timeout, token
+        )
         if blocking:
             refuse_in_event_loop(self.name, "acquire()", "aacquire()")
         backend = self._source.backend()
-        op = self._acquire_op(backend, owner, blocking, timeout)
+        op = self._acquire_op(backend, owner, made_up, blocking, timeout)
         started = _start_clock()
         try:
             attempt = run_sync(flows.acquire(op), backend)
         except LockBackendError as error:
             self._backend_error(owner, "acquire", error)
             raise
-        return self._settle_acquire(owner, attempt, blocking, started)
+        return self._settle_acquire(op, made_up, attempt, started)
 
     def aacquire(
         self,
@@ -388,12 +408,16 @@ class Lock:
         the cancellation propagates.
         """
         del sleep
-        owner, blocking, timeout = self._wait_policy(blocking, timeout, blocking_timeout, token)
-        return self._aacquire(owner, blocking, timeout)
+        owner, made_up, blocking, timeout = self._wait_policy(
+            blocking, timeout, blocking_timeout, token
+        )
+        return self._aacquire(owner, made_up, blocking, timeout)
 
-    async def _aacquire(self, owner: str, blocking: bool, timeout: float | None) -> bool:
+    async def _aacquire(
+        self, owner: str, made_up: bool, blocking: bool, timeout: float | None
+    ) -> bool:
         backend = self._source.abackend()
-        op = self._acquire_op(backend, owner, blocking, timeout)
+        op = self._acquire_op(backend, owner, made_up, blocking, timeout)
         started = _start_clock()
         try:
             attempt = await run_async(flows.acquire(op), backend)
@@ -403,7 +427,7 @@ class Lock:
         except LockBackendError as error:
             self._backend_error(owner, "acquire", error)
             raise
-        return self._settle_acquire(owner, attempt, blocking, started)
+        return self._settle_acquire(op, made_up, attempt, started)
 
     async def _undo_acquire(self, op: flows.AcquireOp, owner: str, backend: AsyncBackend) -> None:
         """After a cancelled aacquire: leave the queue, and give back a grant that happened."""
@@ -412,24 +436,27 @@ class Lock:
             call = self._release_call(backend, owner, new_nonce(), False)
             await call_async(call, backend)
 
-    def _settle_acquire(self, owner: str, attempt: Attempt, blocking: bool, started: float) -> bool:
-        """Record an acquire's outcome; *started*: its ``_start_clock()`` (0: not timed)."""
+    def _settle_acquire(
+        self, op: flows.AcquireOp, made_up: bool, attempt: Attempt, started: float
+    ) -> bool:
+        """Record the outcome of *op*; *started*: its ``_start_clock()`` (0: not timed)."""
+        owner = op.owner
         if not attempt.held:
             if signals.lock_not_acquired.receivers:
                 waited = monotonic() - started if started else 0.0
-                self._send(signals.lock_not_acquired, owner, waited=waited, blocking=blocking)
+                self._send(signals.lock_not_acquired, owner, waited=waited, blocking=op.blocking)
             return False
-        self._know(owner, attempt.holds)
+        if made_up:
+            known_holds.set(self._known_key(owner), attempt.holds)
         hold, replaced = self._holds.acquired(owner, attempt.value, attempt.holds)
         if replaced is not None and replaced.watch is not None:
             watchdog.unwatch(replaced.watch)
         if hold.count == 1 and hold.watch is None and self.auto_renew:
-            backend = self._source.backend()
             hold.watch = watchdog.watch(
                 self,
                 owner,
-                backend,
-                self._call_keys(backend),
+                self._source.backend(),
+                op.keys,
                 self.ttl_ms,
                 self.name,
                 claim_ms=HANDOFF_CLAIM_MS if attempt.handed else None,
@@ -464,7 +491,7 @@ class Lock:
         lock (nothing changes), :class:`LockBackendError` when Redis cannot
         confirm the release (the hold is kept, so the release can be retried).
         """
-        return self._release(self.owner, False)
+        return self._release(*self._caller(), False)
 
     def arelease(self) -> Coroutine[Any, Any, int]:
         """:meth:`release` for asyncio (the owner is the calling task).
@@ -472,7 +499,7 @@ class Lock:
         Cancelled in flight, the release is finished in the background with the
         same nonce, so it neither counts twice nor leaves the outcome unknown.
         """
-        return self._arelease(self.owner, False)
+        return self._arelease(*self._caller(), False)
 
     def release_all(self) -> int:
         """Release every hold of the caller's owner at once, in one round trip.
@@ -482,11 +509,11 @@ class Lock:
         re-entry): the lock is freed and handed on. Returns 0. Raises like
         :meth:`release`.
         """
-        return self._release(self.owner, True)
+        return self._release(*self._caller(), True)
 
     def arelease_all(self) -> Coroutine[Any, Any, int]:
         """:meth:`release_all` for asyncio."""
-        return self._arelease(self.owner, True)
+        return self._arelease(*self._caller(), True)
 
     def _release_call(
         self, backend: Backend | AsyncBackend, owner: str, nonce: str, everything: bool
@@ -496,76 +523,84 @@ class Lock:
             keys, owner, nonce, backend.retention_arg, everything, self.name
         )
 
-    def _release(self, owner: str, everything: bool) -> int:
+    def _release(self, owner: str, made_up: bool, everything: bool) -> int:
         backend = self._source.backend()
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
         call = self._release_call(backend, owner, nonce, everything)
         try:
             remaining = int(call_sync(call, backend))
         except LockBackendError as error:
-            self._release_unconfirmed(owner, everything, error)
+            self._release_unconfirmed(owner, made_up, everything, error)
             raise
         holder = self._peek() if remaining < 0 else UNREAD
-        return self._settle_release(owner, everything, remaining, holder)
+        return self._settle_release(owner, made_up, everything, remaining, holder)
 
-    async def _arelease(self, owner: str, everything: bool) -> int:
+    async def _arelease(self, owner: str, made_up: bool, everything: bool) -> int:
         backend = self._source.abackend()
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
         call = self._release_call(backend, owner, nonce, everything)
         try:
             remaining = int(await call_async(call, backend))
         except asyncio.CancelledError:
-            await finish_in_background(self._finish_release(call, backend, owner, everything))
+            await finish_in_background(
+                self._finish_release(call, backend, owner, made_up, everything)
+            )
             raise
         except LockBackendError as error:
-            self._release_unconfirmed(owner, everything, error)
+            self._release_unconfirmed(owner, made_up, everything, error)
             raise
         holder = await self._apeek() if remaining < 0 else UNREAD
-        return self._settle_release(owner, everything, remaining, holder)
+        return self._settle_release(owner, made_up, everything, remaining, holder)
 
     async def _finish_release(
-        self, call: Call, backend: AsyncBackend, owner: str, everything: bool
+        self, call: Call, backend: AsyncBackend, owner: str, made_up: bool, everything: bool
     ) -> None:
         remaining = int(await call_async(call, backend))
         try:
-            self._settle_release(owner, everything, remaining)
+            self._settle_release(owner, made_up, everything, remaining)
         except LockNotOwned:
             pass
 
     def _known_key(self, owner: str) -> tuple[str, str, str]:
-        return (self._known_prefix(), self._kind.known_name(self.name), owner)
+        """The KnownHolds key of *owner*'s holds of this lock (under the key prefix in use)."""
+        prefix = self._known_prefix()
+        cached = self._known_cache
+        if cached is not None and cached[0] == owner and cached[1][0] == prefix:
+            return cached[1]
+        key = (prefix, self._kind.known_name(self.name), owner)
+        self._known_cache = (owner, key)
+        return key
 
     def _known_prefix(self) -> str:
         cached = self._keys_cache
         keyspace = cached[0] if cached is not None else self._source.backend().keyspace
         return keyspace.prefix
 
-    def _know(self, owner: str, holds: int) -> None:
-        """Record what Redis confirmed about an owner this process made up (see KnownHolds)."""
-        if self._made_up(owner):
-            known_holds.set(self._known_key(owner), holds)
-
     def _made_up(self, owner: str) -> bool:
         """Whether *owner* is one this process made up for a thread or task (neither an
         explicit owner nor a guard's, whose holds other Lock objects count)."""
         return self._owner is None and guard_owner(self.name) != owner
 
-    def _release_unconfirmed(self, owner: str, everything: bool, error: LockBackendError) -> None:
+    def _release_unconfirmed(
+        self, owner: str, made_up: bool, everything: bool, error: LockBackendError
+    ) -> None:
         self._backend_error(owner, "release", error)
         self._holds.release_failed(owner)
         # The release may or may not have happened. It counts as done: should it
         # not have, the owner's next acquire drops the hold instead of counting
         # it, so the lock cannot stay held for good.
-        if self._made_up(owner):
+        if made_up:
             key = self._known_key(owner)
             known_holds.set(key, 0 if everything else known_holds.get(key) - 1)
 
     def _settle_release(
-        self, owner: str, everything: bool, remaining: int, holder: Any = UNREAD
+        self, owner: str, made_up: bool, everything: bool, remaining: int, holder: Any = UNREAD
     ) -> int:
-        """What Redis's answer to a release means (*holder*: the lock's snapshot, read
-        after a refused release, for the error; :data:`UNREAD` if not read)."""
-        self._know(owner, max(remaining, 0))
+        """What Redis's answer to a release means (*made_up*: see :meth:`_caller`;
+        *holder*: the lock's snapshot, read after a refused release, for the error;
+        :data:`UNREAD` if not read)."""
+        if made_up:
+            known_holds.set(self._known_key(owner), max(remaining, 0))
         forgotten = self._holds.released(owner, everything, remaining)
         if forgotten is not None and forgotten.watch is not None:
             watchdog.unwatch(forgotten.watch)
@@ -854,10 +889,10 @@ class Lock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        owner = self.owner
+        owner, made_up = self._caller()
         hold = self._holds.get(owner)
         try:
-            self._release(owner, False)
+            self._release(owner, made_up, False)
         except (LockBackendError, LockNotOwned) as error:
             self._end_block(owner, hold, exc_type, error)
         else:
@@ -869,10 +904,10 @@ class Lock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        owner = self.owner
+        owner, made_up = self._caller()
         hold = self._holds.get(owner)
         try:
-            await self._arelease(owner, False)
+            await self._arelease(owner, made_up, False)
         except (LockBackendError, LockNotOwned) as error:
             self._end_block(owner, hold, exc_type, error)
         else:

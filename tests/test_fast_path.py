@@ -1,0 +1,111 @@
+"""The fast paths of a mutex on a real Redis: what an uncontended acquire and release
+cost in Redis commands, and that skipping the queue checks on them never skips a waiter.
+
+A lock's scripts look at its waiter queue only while the fence hash and the lock hash
+say someone may be queued ('q', set when a waiter queues, cleared once the queue is
+gone; engine/scripts.py). Commands are counted with ``INFO commandstats`` (the calls
+inside a script count, as the server runs them); a waiter that cannot act is a child
+process stopped with SIGSTOP, a real fault.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from django_redislock import locks
+from tests.holding import queued, wait_until
+from tests.test_fair import stopped_waiter  # noqa: F401 (a fixture: a queued child, stopped)
+
+#: An uncontended acquire and release: two EVALSHA, and inside them HMGET of the lock
+#: hash and of the fence hash, TIME, HSET of both, PEXPIRE of the lease (acquire);
+#: HMGET, DEL, HSET of the fence hash (release).
+UNCONTENDED_COMMANDS = 11
+
+
+def _commands(redis_client: redis.Redis) -> dict[str, int]:
+    stats = redis_client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): int(v["calls"])
+        for name, v in stats.items()
+        if "config" not in name and "info" not in name
+    }
+
+
+def _pair_commands(redis_client: redis.Redis, name: str) -> dict[str, int]:
+    """The commands Redis ran for one acquire and release of *name*."""
+    lock = locks.lock(name, ttl=10, auto_renew=False)
+    redis_client.config_resetstat()
+    with lock:
+        pass
+    return _commands(redis_client)
+
+
+def test_an_uncontended_acquire_and_release_run_eleven_commands(
+    name: str, redis_client: redis.Redis
+) -> None:
+    with locks.lock(name, ttl=10, auto_renew=False):  # the fence hash exists from here on
+        pass
+    counted = _pair_commands(redis_client, name)
+    assert sum(counted.values()) == UNCONTENDED_COMMANDS, counted
+    assert counted["evalsha"] == 2
+    assert "exists" not in counted and "llen" not in counted  # no look at the queue
+
+
+def test_once_the_queue_is_gone_the_fast_path_is_back(name: str, redis_client: redis.Redis) -> None:
+    holder = locks.lock(name, ttl=10, auto_renew=False)
+    assert holder.acquire(blocking=False)
+    got = threading.Event()
+
+    def wait() -> None:
+        with locks.lock(name, ttl=10, timeout=10, auto_renew=False):
+            got.set()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    wait_until(lambda: queued(redis_client, name) == 1)
+    holder.release()  # slow path: handed to the waiter
+    assert got.wait(10)
+    waiter.join(10)
+    with locks.lock(name, ttl=10, auto_renew=False):  # the queue is gone: cleared here
+        pass
+    counted = _pair_commands(redis_client, name)
+    assert sum(counted.values()) == UNCONTENDED_COMMANDS, counted
+
+
+@pytest.mark.slow
+def test_a_lock_whose_lease_ran_out_goes_to_the_queued_waiter_not_a_newcomer(
+    name: str, redis_client: redis.Redis, request: pytest.FixtureRequest
+) -> None:
+    """The lock hash is gone with its lease, the queue is not: the newcomer's acquire
+    of the free lock must find the waiter and hand the lock to it (FIFO)."""
+    holder = locks.lock(name, ttl=10, auto_renew=False)
+    assert holder.acquire(blocking=False)
+    request.getfixturevalue("stopped_waiter")
+    holder.extend(0.2, replace_ttl=True)  # the holder vanishes: its lease runs out
+    wait_until(lambda: not redis_client.exists(holder.key), timeout=5)
+    assert queued(redis_client, name) == 1  # its entry lives 4 s unrefreshed
+    newcomer = locks.lock(name, ttl=10, auto_renew=False)
+    assert not newcomer.acquire(blocking=False)
+    info = locks.get(name)
+    assert info is not None and info.owner not in (holder.owner, newcomer.owner)
+    assert queued(redis_client, name) == 0
+
+
+@pytest.mark.slow
+def test_a_release_hands_on_to_a_waiter_that_queued_during_the_hold(
+    name: str, redis_client: redis.Redis, request: pytest.FixtureRequest
+) -> None:
+    """The hold began on the fast path (no queue); a waiter queued meanwhile, and the
+    release must see it (the lock hash's 'q') and hand the lock over."""
+    holder = locks.lock(name, ttl=10, auto_renew=False)
+    assert holder.acquire(blocking=False)
+    request.getfixturevalue("stopped_waiter")
+    started = time.monotonic()
+    holder.release()
+    info = locks.get(name)
+    assert info is not None and info.owner != holder.owner  # handed, not freed
+    assert time.monotonic() - started < 5
