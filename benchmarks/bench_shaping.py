@@ -10,7 +10,8 @@ on a fresh key) that no call is refused: what is measured is the admission (``AD
 the acquire) and the cooldown's record (``COOL`` before the release), not waiting.
 
 Coalescing and debouncing act on Celery messages (a pending run is a new message), so
-their cost is a worker's, not a call's; ``bench_celery.py`` measures task overhead.
+their cost is a worker's, not a call's: ``bench_celery.py --shaping`` measures every
+mode on a real worker against a plain ``@single_instance`` task.
 
 ::
 

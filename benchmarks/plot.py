@@ -413,10 +413,22 @@ CHARTS: dict[str, Callable[[], Figure]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Write every chart; return a process exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=OUT, help=f"directory (default {OUT})")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    return write_svgs(CHARTS, OUT, __doc__, argv)
+
+
+def write_svgs(
+    charts: dict[str, Callable[[], Figure]],
+    default: Path,
+    doc: str | None,
+    argv: Sequence[str] | None = None,
+) -> int:
+    """The command line of a script that draws each of *charts* into ``<--out or
+    default>/<its file name>`` as a deterministic SVG (this one, and
+    docs/images/make_shaping_timelines.py); return a process exit status."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    parser.add_argument("--out", type=Path, default=default, help=f"directory (default {default})")
+    out: Path = parser.parse_args(argv).out
+    out.mkdir(parents=True, exist_ok=True)
     plt.rcParams.update(
         {
             "svg.fonttype": "none",  # text stays text: small files, searchable
@@ -426,15 +438,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "font.sans-serif": ["DejaVu Sans", "Verdana", "Arial", "Helvetica"],
         }
     )
-    for filename, build in CHARTS.items():
+    for filename, build in charts.items():
         try:
             fig = build()
         except ResultError as exc:
             print(f"plot.py: {filename}: {exc}")
             return 1
-        fig.savefig(args.out / filename, metadata={"Date": None}, bbox_inches="tight")
+        fig.savefig(out / filename, metadata={"Date": None}, bbox_inches="tight")
         plt.close(fig)
-        print(f"wrote {args.out / filename}")
+        print(f"wrote {out / filename}")
     return 0
 
 

@@ -232,6 +232,62 @@ def based_unique(n: int) -> int:
     return n
 
 
+# Shaped runs against plain ``@single_instance`` (benchmarks/bench_celery.py --shaping).
+# Every body records its run in ``bench:done``: a debounced run is a new task, so the
+# call's own AsyncResult never gets its result. Each call on a fresh key runs; calls on
+# a key the benchmark made busy (held, rated, cooling, pending, debouncing) end without
+# running, each with its skip marker.
+BENCH_DONE = "bench:done"
+
+
+@app.task
+@single_instance("bench-plain:{n}")
+def shaped_plain(n: Any) -> Any:
+    """Plain ``@single_instance``, the baseline of the shaped variants (benchmark)."""
+    probe.rpush(BENCH_DONE, n)
+    return n
+
+
+@app.task
+@single_instance("bench-rate:{n}", rate=(1, 3600), on_limited="skip")
+def shaped_rate(n: Any) -> Any:
+    """One start per hour per key: a fresh key starts, a second call is skipped."""
+    probe.rpush(BENCH_DONE, n)
+    return n
+
+
+@app.task
+@single_instance("bench-cool:{n}", cooldown=3600, on_limited="skip")
+def shaped_cooldown(n: Any) -> Any:
+    """An hour's cooldown per key: a fresh key starts, a call after its run is skipped."""
+    probe.rpush(BENCH_DONE, n)
+    return n
+
+
+@app.task
+@single_instance("bench-co:{n}", coalesce=True)
+def shaped_coalesce(n: Any) -> Any:
+    """Coalescing: a fresh key runs; a call that finds the key held pends (benchmark)."""
+    probe.rpush(BENCH_DONE, n)
+    return n
+
+
+@app.task
+@single_instance("bench-db:{n}", debounce=0.01)
+def shaped_debounce(n: Any) -> Any:
+    """Debounced by 10 ms: each call on a fresh key runs once, after its quiet period."""
+    probe.rpush(BENCH_DONE, n)
+    return n
+
+
+@app.task
+@single_instance("bench-dbq:{n}", debounce=3600)
+def shaped_debounce_quiet(n: Any) -> Any:
+    """Debounced by an hour: the calls after a key's first are postponed (benchmark)."""
+    probe.rpush(BENCH_DONE, n)
+    return n
+
+
 # Peer libraries, for benchmarks/bench_celery.py (optional: the ``bench`` extra).
 PEERS: list[str] = []
 try:

@@ -1,4 +1,5 @@
-"""benchmarks/plot.py: every chart of docs/benchmarks.md from the committed results.
+"""benchmarks/plot.py: every chart of docs/benchmarks.md from the committed results; and
+docs/images/make_shaping_timelines.py, the timeline pictures of docs/shaping.md.
 
 matplotlib is in the ``docs`` extra (``scripts/docs build`` installs it); without it
 these tests are skipped.
@@ -19,14 +20,23 @@ pytest.importorskip("matplotlib")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def plot() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_plot", ROOT / "benchmarks" / "plot.py")
+def _script(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_plot"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def plot() -> ModuleType:
+    return _script("bench_plot", ROOT / "benchmarks" / "plot.py")
+
+
+@pytest.fixture(scope="module")
+def timelines() -> ModuleType:
+    return _script("shaping_timelines", ROOT / "docs" / "images" / "make_shaping_timelines.py")
 
 
 def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: Path) -> None:
@@ -79,3 +89,33 @@ def test_a_missing_result_file_is_named(
     monkeypatch.setattr(plot, "RESULTS", tmp_path)
     with pytest.raises(plot.ResultError, match="does not exist; update the constant"):
         plot.load("locks-1999-01-01.json")
+
+
+def test_each_mode_has_a_deterministic_timeline_the_docs_show(
+    timelines: ModuleType, tmp_path: Path
+) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert timelines.main(["--out", str(first)]) == 0
+    assert timelines.main(["--out", str(second)]) == 0
+    page = (ROOT / "docs" / "shaping.md").read_text(encoding="utf-8")
+    titles = {
+        "shaping-rate.svg": "at most 3 starts in any 10 s",
+        "shaping-cooldown.svg": "cooldown=5",
+        "shaping-coalesce.svg": "coalesce=True",
+        "shaping-debounce.svg": "debounce=2",
+    }
+    assert set(timelines.PICTURES) == set(titles)
+    for filename, title in titles.items():
+        svg = (first / filename).read_text(encoding="utf-8")
+        assert svg.lstrip().startswith("<?xml"), filename
+        assert title in svg, filename
+        assert (first / filename).read_bytes() == (second / filename).read_bytes(), filename
+        assert (ROOT / "docs" / "images" / filename).is_file(), filename
+        assert f"](images/{filename})" in page, filename
+
+
+def test_the_rate_timeline_replays_a_sliding_window(timelines: ModuleType) -> None:
+    # 3 per 10 s, deferred: d and e wait until a, then b, leave the window.
+    replay = timelines.rate_starts([6.0, 7.0, 8.5, 10.0, 12.0, 19.5], 3, 10.0)
+    assert [start for _, start, _ in replay] == [6.0, 7.0, 8.5, 16.0, 17.0, 19.5]
+    assert [deferred for _, _, deferred in replay] == [False, False, False, True, True, False]
