@@ -387,22 +387,22 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
             cpu[k].extend(c for _w, c in got)
             per_round[k].append(statistics.median(mine))
     elapsed = time.monotonic() - started
-    # Redis-side CPU per operation (INFO commandstats), one short pass per library.
+    # Redis-side CPU and commands per operation (INFO commandstats, which counts the
+    # commands run inside Lua too), one short pass per library.
     r = client()
     server_us: dict[str, float] = {}
+    commands: dict[str, float] = {}
     for k in libs:
         n = max(50, min(500, rounds * batch // 4))
         r.config_resetstat()
         _ops(k, names[k], n)
-        stats = r.info("commandstats")
-        server_us[k] = (
-            sum(
-                v["usec"]
-                for name, v in stats.items()
-                if "resetstat" not in name and "info" not in name
-            )
-            / n
-        )
+        stats = {
+            name: v
+            for name, v in r.info("commandstats").items()
+            if "resetstat" not in name and "info" not in name
+        }
+        server_us[k] = sum(v["usec"] for v in stats.values()) / n
+        commands[k] = sum(v["calls"] for v in stats.values()) / n
     floor_p50 = pct(samples["floor"], 50) if "floor" in samples else None
     rows = {}
     for k in libs:
@@ -425,6 +425,7 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
             "paired_ratio_median": statistics.median(paired) if paired else None,
             "client_cpu_p50_us": pct(cpu[k], 50),
             "redis_cpu_us_per_op": server_us[k],
+            "redis_commands_per_op": commands[k],
         }
     if "ours@current" in per_round and "ours@baseline" in per_round:
         paired = [
@@ -1003,6 +1004,7 @@ def report(results: dict[str, Any]) -> str:
                 fmt(r["paired_ratio_median"], 2) + "x",
                 fmt(r["client_cpu_p50_us"]),
                 fmt(r["redis_cpu_us_per_op"]),
+                fmt(r.get("redis_commands_per_op"), 1),
                 str(r["n"]),
             ]
             for r in u["rows"].values()
@@ -1018,6 +1020,7 @@ def report(results: dict[str, Any]) -> str:
                     "paired",
                     "client CPU us",
                     "Redis CPU us",
+                    "Redis cmds",
                     "samples",
                 ],
                 rows,
