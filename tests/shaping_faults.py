@@ -26,6 +26,10 @@ FAULTS = {
     "cooldown-not-set": "a run's end starts no cooldown",
     "coalesce-runs-twice": "the pending call is handed on twice (two more runs)",
     "debounce-runs-every-call": "every call runs at once, none is postponed",
+    "completion-recorded-at-start": (
+        "a coalescing acks_late run is recorded as completed when it starts, so the "
+        "broker's copy of a killed run is dropped"
+    ),
 }
 
 
@@ -93,6 +97,8 @@ def _coalesce_runs_twice() -> None:
     real = coalesce.hand_on
 
     def hand_on(celery_task: Any, config: Any, lock: Any, name: str) -> bool:
+        if not config.lock_manager().client.set(f"fault-doubled:{name}", 1, nx=True):
+            return real(celery_task, config, lock, name)  # once per key: no endless chain
         send = celery_task.apply_async
 
         def twice(args: Any, kwargs: Any, **options: Any) -> Any:
@@ -117,10 +123,25 @@ def _debounce_runs_every_call() -> None:
     task.debounce = run_now
 
 
+def _completion_recorded_at_start() -> None:
+    from django_redislock.celery import redelivery, task
+
+    real = task.sweep
+
+    def sweep(celery_task: Any, config: Any, lock: Any, name: str) -> Any:
+        if celery_task.acks_late and celery_task.request.id is not None:
+            # deliberate fault: the run is marked completed before it ran
+            redelivery.record_completion(config.lock_manager(), celery_task.request.id)
+        return real(celery_task, config, lock, name)
+
+    task.sweep = sweep
+
+
 _INSTALL = {
     "rate-admits-all": _rate_admits_all,
     "rate-wastes-starts": _rate_wastes_starts,
     "cooldown-not-set": _cooldown_not_set,
     "coalesce-runs-twice": _coalesce_runs_twice,
     "debounce-runs-every-call": _debounce_runs_every_call,
+    "completion-recorded-at-start": _completion_recorded_at_start,
 }
