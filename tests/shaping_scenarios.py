@@ -16,8 +16,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import redis
+from celery.result import AsyncResult
 from django.conf import settings
 
 from django_redislock.celery import is_skipped
@@ -123,6 +125,30 @@ def check_cooled(found: list[Event]) -> None:
 # -- coalescing -----------------------------------------------------------------------
 
 
+class Held(NamedTuple):
+    """Run 0 holding its key, and call 1 pending (:func:`run_zero_and_a_sweeper`)."""
+
+    tag: str
+    #: Run 0's result.
+    first: AsyncResult
+    #: Call 1's task id: the pending call's sweeper.
+    sweeper: str
+    #: The log line of each time the sweeper's message ends ignored.
+    ignored: str
+
+
+def run_zero_and_a_sweeper(workers: Sequence[ca.Worker]) -> Held:
+    """Run 0 of ``coalesced`` holds its key (until ``gate:<tag>:0``) and call 1 pends:
+    its sweeper, sent again (Ignore)."""
+    tag = new_tag()
+    first = sc.coalesced.delay(tag, 0)
+    await_(lambda: len(records(tag)) == 1, "run 0 never started")
+    sweeper = sc.coalesced.delay(tag, 1)
+    ignored = f"coalesced[{sweeper.id}] ignored"
+    await_(lambda: ignored in logs(workers), "call 1 never pended")
+    return Held(tag, first, sweeper.id, ignored)
+
+
 def fifty_calls_during_a_run(
     workers: Sequence[ca.Worker], sweeper_back: bool = True
 ) -> tuple[str, list[list[str]]]:
@@ -131,12 +157,7 @@ def fifty_calls_during_a_run(
     call 1's sweeper came back (the key still held; not waited for when not
     *sweeper_back*), run 0 ends. Returns the tag and the recorder's entries once the
     sweeper came back again (and was dropped)."""
-    tag = new_tag()
-    first = sc.coalesced.delay(tag, 0)
-    await_(lambda: len(records(tag)) == 1, "run 0 never started")
-    sweeper = sc.coalesced.delay(tag, 1)  # the pending call's sweeper: sent again, Ignore
-    ignored = f"coalesced[{sweeper.id}] ignored"
-    await_(lambda: ignored in logs(workers), "call 1 never pended")
+    tag, first, _, ignored = run_zero_and_a_sweeper(workers)
     for n in range(2, 51):
         assert is_skipped(sc.coalesced.delay(tag, n).get(timeout=20))
     assert shaping_state(sc.coalesced, f"co:{tag}").pending
@@ -164,9 +185,10 @@ def check_one_more_run(found: list[list[str]], last: str) -> None:
 # -- two workers, a SIGKILL (tests/test_shaping_workers.py) ------------------------------
 
 
-#: The broker's visibility timeout of the two-worker scenarios: longer than the
-#: sweepers' countdowns (the leases), so a message waiting for its countdown is not
-#: handed out twice.
+#: The broker's visibility timeout of the two-worker scenarios: short, so the killed
+#: run's message comes back soon, and longer than the sweepers' countdowns (the
+#: leases), so that a message waiting for its countdown is not handed out twice (its
+#: copies would be dropped, but the scenarios count the sweepers' log lines).
 VISIBILITY = "12"
 #: The two workers' environment: the broker's visibility timeout, our INFO log lines.
 WORKER_ENV = {"REDISLOCK_TEST_VISIBILITY": VISIBILITY, "REDISLOCK_TEST_LOG_LEVEL": "INFO"}

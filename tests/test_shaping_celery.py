@@ -29,6 +29,7 @@ from tests.shaping_scenarios import (
     new_tag,
     nine_rated_calls,
     records,
+    run_zero_and_a_sweeper,
     started,
     three_cooled_calls,
     twenty_calls_100_ms_apart,
@@ -173,12 +174,7 @@ def test_a_pending_call_runs_once_after_the_lease_when_the_running_one_is_killed
 def test_a_retired_sweeper_back_while_the_key_is_held_is_dropped(worker: ca.Worker) -> None:
     """Sweeper S1's call was handed on; it comes back while a later run holds the key
     and call 2 pends: S1 is dropped, and the pending run is call 2's, not S1's."""
-    tag = new_tag()
-    first = sc.coalesced.delay(tag, 0)
-    await_(lambda: len(records(tag)) == 1, "run 0 never started")
-    s1 = sc.coalesced.delay(tag, 1)
-    ignored = f"coalesced[{s1.id}] ignored"
-    await_(lambda: ignored in worker.log_text(full=True), "call 1 never pended")
+    tag, first, _, ignored = run_zero_and_a_sweeper([worker])  # S1: call 1's sweeper
     ca.probe.rpush(f"gate:{tag}:0", "go")
     assert first.get(timeout=20) == 0
     await_(lambda: len(records(tag)) == 4, "call 1's run never ran")  # handed on
@@ -200,3 +196,23 @@ def test_twenty_calls_100_ms_apart_debounce_into_one_run_a_quiet_second_after_th
     assert due_in is not None and 0 < due_in <= 1.0
     check_debounced(found, last_sent)
     assert shaping_state(sc.debounced, f"db:{tag}").debounce_due_in is None
+
+
+def test_every_copy_of_a_retired_sweeper_is_dropped(worker: ca.Worker) -> None:
+    """A broker may hand a sweeper's message out twice (``acks_late`` and a worker
+    killed between its re-send and its ack; a countdown longer than the Redis
+    transport's visibility timeout). Once its call was handed on, every copy is
+    dropped: none runs, or makes pending, its stale call."""
+    tag, first, sweeper, ignored = run_zero_and_a_sweeper([worker])
+    assert is_skipped(sc.coalesced.delay(tag, 50).get(timeout=20))
+    sc.coalesced.apply_async((tag, 1), task_id=sweeper, countdown=2)  # the copy
+    ca.probe.rpush(f"gate:{tag}:0", "go")
+    assert first.get(timeout=20) == 0
+    # The copy comes back in 2 s, the sweeper's own message at its lease's end (<= 10 s).
+
+    def settled() -> bool:
+        stale = any(r[0] == "start" and r[2] == "1" for r in records(tag))
+        return stale or worker.log_text(full=True).count(ignored) == 3
+
+    await_(settled, "the sweeper and its copy never came back", timeout=20)
+    check_one_more_run(records(tag), "50")
