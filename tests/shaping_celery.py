@@ -6,6 +6,9 @@ list ``rec:<tag>``: the recorder outside the guard. For the rate and cooldown ta
 Celery's ``task_prerun`` signal (sent before the guarded ``run``) appends
 ``pre <µs> <i>`` first, so each start's admission lies between its last ``pre``
 and its ``start``.
+
+A worker started with ``REDISLOCK_TEST_SHAPING_FAULT`` runs a deliberately broken
+guard (tests/shaping_faults.py), for the tests that check their checkers fail.
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ from celery.signals import task_prerun
 
 from django_redislock import single_instance
 from django_redislock.celery import SingleInstanceTask
+from tests import shaping_faults
 from tests.celery_app import app, probe
+
+shaping_faults.install()  # a test's deliberately broken guard (none by default)
 
 __all__ = [
     "app",
     "coalesced",
+    "coalesced_late",
     "debounced",
     "cooled",
     "cooled_skip",
@@ -151,17 +158,31 @@ def unique_rated(self: Any, tag: str, i: int) -> int:
     return i
 
 
-@app.task(bind=True)
-@single_instance("co:{tag}", ttl=10, coalesce=True)
-def coalesced(self: Any, tag: str, n: int) -> int:
-    """Coalescing runs per tag; runs 0 and 100+ wait for gate:<tag>:<n> (pids recorded)."""
-    probe.rpush(f"rec:{tag}", f"start {_now_us()} {n} {os.getpid()}")
+def _gated(tag: str, n: int, task_id: str) -> int:
+    """A coalescing run: runs 0 and 100+ wait for gate:<tag>:<n> (pid and task id
+    recorded)."""
+    probe.rpush(f"rec:{tag}", f"start {_now_us()} {n} {os.getpid()} {task_id}")
     holds = n == 0 or n >= 100  # these wait for gate:<tag>:<n>
     for _ in range(20 if holds else 0):  # bounded: 20 s (1 s reads, under the socket timeout)
         if probe.blpop([f"gate:{tag}:{n}"], timeout=1):
             break
-    probe.rpush(f"rec:{tag}", f"end {_now_us()} {n} {os.getpid()}")
+    probe.rpush(f"rec:{tag}", f"end {_now_us()} {n} {os.getpid()} {task_id}")
     return n
+
+
+@app.task(bind=True)
+@single_instance("co:{tag}", ttl=10, coalesce=True)
+def coalesced(self: Any, tag: str, n: int) -> int:
+    """Coalescing runs per tag (a 10 s lease); runs 0 and 100+ wait for their gate."""
+    return _gated(tag, n, self.request.id)
+
+
+@app.task(bind=True, acks_late=True)
+@single_instance("col:{tag}", ttl=5, coalesce=True)
+def coalesced_late(self: Any, tag: str, n: int) -> int:
+    """``coalesced`` with ``acks_late`` (a run whose worker dies is handed out again)
+    and a 5 s lease."""
+    return _gated(tag, n, self.request.id)
 
 
 @app.task(bind=True)

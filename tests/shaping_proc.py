@@ -9,6 +9,9 @@ and before it returns; a recorder outside the guard) to the list RECORDER. So th
 start was admitted between the two times of its ``start`` entry, and its cooldown
 set after its ``end``. A refused call (the rate, the cooldown, or the key held)
 waits 10-40 ms and calls again.
+
+``REDISLOCK_TEST_SHAPING_FAULT`` names deliberate faults of the guard to install
+(tests/shaping_faults.py), for the tests that check their checkers fail.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ def main(mode: str, name: str, spec: str, seconds: str, threads: str, recorder: 
 
     django.setup()
     import redis
+
+    from tests import shaping_faults
+
+    shaping_faults.install()  # a test's deliberately broken guard (none by default)
     from django.conf import settings
 
     from django_redislock import LockNotAcquired, single_instance

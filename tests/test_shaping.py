@@ -25,6 +25,7 @@ from django.urls import path
 from django_redislock import LockManager, LockNotAcquired, RunLimited, single_instance
 from django_redislock.guards.shaping import ShapingUnsupported, parse_rate, shaping_state
 from django_redislock.signals import lock_released
+from tests import shaping_faults
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.urls(__name__)
@@ -386,8 +387,9 @@ def test_redlock_is_refused_with_a_clear_error(masters: list[RedisServer], name:
 # -- across processes ----------------------------------------------------------------
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
+def _spawn(*args: str, fault: str = "") -> subprocess.Popen[str]:
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings", PYTHONPATH=str(ROOT))
+    env[shaping_faults.ENV] = fault  # a deliberately broken guard, for the checkers' twins
     return subprocess.Popen(
         [sys.executable, "-m", "tests.shaping_proc", *args],
         cwd=ROOT,
@@ -398,12 +400,13 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
 
 
 def _run_callers(
-    redis_client: redis.Redis, mode: str, name: str, spec: str, seconds: float
+    redis_client: redis.Redis, mode: str, name: str, spec: str, seconds: float, fault: str = ""
 ) -> list[list[int | str]]:
     """4 processes × 5 threads call the guarded function for *seconds*; the recorder's
-    entries in order: ``["start", µs, µs before the call]``, ``["end", µs]``."""
+    entries in order: ``["start", µs, µs before the call]``, ``["end", µs]``. *fault*:
+    the deliberate faults the processes install (tests/shaping_faults.py)."""
     recorder = f"rec:{name}"
-    procs = [_spawn(mode, name, spec, str(seconds), "5", recorder) for _ in range(4)]
+    procs = [_spawn(mode, name, spec, str(seconds), "5", recorder, fault=fault) for _ in range(4)]
     try:
         for p in procs:
             assert p.stdout is not None
@@ -425,22 +428,72 @@ def _run_callers(
 MS_US = 1_000
 
 
+def _starts(events: list[list[int | str]]) -> list[tuple[int, int]]:
+    """Each start as (latest, earliest) time its admission can have had, in order. Runs
+    of one key never overlap, so the recorded order is the admission order."""
+    return sorted((int(e[1]), int(e[2])) for e in events if e[0] == "start")
+
+
+def check_rate_never_exceeded(starts: list[tuple[int, int]], count: int, window_us: int) -> None:
+    """No window of *window_us*, wherever it begins (sliding), holds more than *count*
+    starts: any count + 1 starts in order span at least the window (the latest the
+    last can have been admitted vs the earliest the first can have been)."""
+    for k in range(len(starts) - count):
+        span = starts[k + count][0] - starts[k][1]
+        assert span >= window_us - MS_US, f"starts {k}-{k + count} within {span} µs"
+
+
+def check_rate_reached(
+    starts: list[tuple[int, int]], count: int, window_us: int, seconds: float
+) -> None:
+    """The limit is reached: the callers (always eager) started at least 90% of the
+    most the rate admits over *seconds*, and at least 80% of the windows that begin
+    at a start hold *count* starts (their admissions certainly within the window)."""
+    most = count * seconds * 1_000_000 / window_us
+    assert len(starts) >= 0.9 * most, f"{len(starts)} starts of at most {most:.0f}"
+    windows = range(len(starts) - count + 1)
+    full = sum(1 for k in windows if starts[k + count - 1][0] - starts[k][1] < window_us)
+    assert full >= 0.8 * len(windows), f"only {full} of {len(windows)} windows held {count}"
+
+
+def check_cooldown(events: list[list[int | str]], cooldown_us: int) -> None:
+    """Runs never overlap, and from each end (recorded before the cooldown was set) to
+    the next start (recorded after it was admitted) the whole cooldown passed."""
+    kinds = [e[0] for e in events]
+    assert kinds == ["start", "end"] * (len(events) // 2), "two runs overlapped"
+    times = [int(e[1]) for e in events]
+    for i in range(1, len(events) - 1, 2):
+        assert times[i + 1] - times[i] >= cooldown_us - MS_US, (i, times[i + 1] - times[i])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 def test_rate_across_four_processes_never_exceeds_n_per_window_and_reaches_it(
     name: str, redis_client: redis.Redis
 ) -> None:
-    count, window_us = 5, 1_000_000
-    events = _run_callers(redis_client, "rate", name, "5/1s", 6.0)
-    # Each start was admitted between "before" and its recorded time; runs of one key
-    # never overlap, so the recorded order is the admission order.
-    starts = sorted((int(e[1]), int(e[2])) for e in events if e[0] == "start")
-    assert len(starts) >= 5 * count  # over 6 s of 20 eager callers: about 6 windows' worth
-    # No window of 1 s holds more than 5 starts: start k+5 was admitted >= 1 s after
-    # start k (the latest it can have been vs the earliest the other can have been).
-    tightest = min(starts[k + count][0] - starts[k][1] for k in range(len(starts) - count))
-    assert tightest >= window_us - MS_US, f"6 starts within {tightest} µs"
-    # The limit is reached: some 5 starts were admitted within less than 1 s.
-    widest = min(starts[k + count - 1][0] - starts[k][1] for k in range(len(starts) - count))
-    assert widest < window_us, f"no 5 starts within a window (closest {widest} µs)"
+    """60 s of 20 callers (4 processes × 5 threads) on "5/1s": about 300 starts."""
+    events = _run_callers(redis_client, "rate", name, "5/1s", 60.0)
+    starts = _starts(events)
+    check_rate_never_exceeded(starts, 5, 1_000_000)
+    check_rate_reached(starts, 5, 1_000_000, 60.0)
+
+
+def test_the_rate_checker_fails_when_the_guard_admits_every_start(
+    name: str, redis_client: redis.Redis
+) -> None:
+    events = _run_callers(redis_client, "rate", name, "5/1s", 2.0, fault="rate-admits-all")
+    with pytest.raises(AssertionError, match="within"):
+        check_rate_never_exceeded(_starts(events), 5, 1_000_000)
+
+
+def test_the_reached_checker_fails_when_the_guard_wastes_starts(
+    name: str, redis_client: redis.Redis
+) -> None:
+    events = _run_callers(redis_client, "rate", name, "5/1s", 4.0, fault="rate-wastes-starts")
+    starts = _starts(events)
+    check_rate_never_exceeded(starts, 5, 1_000_000)  # it still never admits too many
+    with pytest.raises(AssertionError, match="starts of at most|windows held"):
+        check_rate_reached(starts, 5, 1_000_000, 4.0)
 
 
 def test_cooldown_across_four_processes_spaces_starts_and_never_overlaps(
@@ -448,10 +501,13 @@ def test_cooldown_across_four_processes_spaces_starts_and_never_overlaps(
 ) -> None:
     events = _run_callers(redis_client, "cooldown", name, "0.3", 3.0)
     assert len(events) >= 8
-    kinds = [e[0] for e in events]
-    assert kinds == ["start", "end"] * (len(events) // 2), "two runs overlapped"
-    times = [int(e[1]) for e in events]
-    # From each end (recorded before the cooldown was set) to the next start
-    # (recorded after it was admitted): the whole cooldown.
-    for i in range(1, len(events) - 1, 2):
-        assert times[i + 1] - times[i] >= 300_000 - MS_US, (i, times[i + 1] - times[i])
+    check_cooldown(events, 300_000)
+
+
+def test_the_cooldown_checker_fails_when_the_guard_sets_no_cooldown(
+    name: str, redis_client: redis.Redis
+) -> None:
+    events = _run_callers(redis_client, "cooldown", name, "0.3", 1.0, fault="cooldown-not-set")
+    with pytest.raises(AssertionError) as failed:
+        check_cooldown(events, 300_000)
+    assert "overlapped" not in str(failed.value)  # the runs still never overlap

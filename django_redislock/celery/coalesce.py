@@ -14,7 +14,8 @@ run after that one.
 also the slot's *sweeper*: its message is sent again (same task id) for when the
 holder's lease runs out. If the pending call is still there when it comes back
 and the lock is free, the sweeper hands it on; if someone handed it on already,
-the sweeper is *retired* and its copy is dropped (``Ignore``).
+the sweeper is *retired* and its copy is dropped (``Ignore``): every copy, when a
+broker hands its message out more than once.
 
 What a coalesced call's ``AsyncResult`` gets: the skip marker
 ``{"redislock": "skipped", "reason": "coalesced", ...}`` (``is_skipped``), or, for
@@ -43,6 +44,7 @@ from ..engine.shaping_scripts import PEND, SWEEP, TAKE
 from ..guards.guard import GuardConfig, lease_left, release_task_hold
 from ..guards.shaping import ShapingUnsupported, shaping_key
 from ..primitives.lock import Lock
+from .redelivery import COMPLETION_TTL
 from .shaping import resend
 
 logger = logging.getLogger("django_redislock.celery")
@@ -58,8 +60,11 @@ RUN: Any = object()
 _dumps = cast(Callable[[Any], str], kombu_json.dumps)
 _loads = cast(Callable[[Any], Any], kombu_json.loads)
 
-#: How long a pending slot and a retired sweeper id are kept (ms): a day.
+#: How long a pending slot is kept (ms): a day.
 _KEEP_MS = 86_400_000
+#: How long a retired sweeper id is kept (ms): as long as a copy of its message can
+#: come back (a broker's redelivery), as a completion record is.
+_RETIRED_MS = COMPLETION_TTL * 1000
 
 
 def _backend(config: GuardConfig, name: str) -> Any:
@@ -159,7 +164,8 @@ def hand_on(task: Task, config: GuardConfig, lock: Lock, name: str) -> bool:
     try:
         backend = _backend(config, name)
         keys = (shaping_key(backend, name, "pending"), shaping_key(backend, name, "retired"))
-        pending = call_sync(Call(TAKE, keys, (_KEEP_MS,), "take the pending call", name), backend)
+        take = Call(TAKE, keys, (_RETIRED_MS,), "take the pending call", name)
+        pending = call_sync(take, backend)
         if pending is None:
             return False
         call = _loads(pending)

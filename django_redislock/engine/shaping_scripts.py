@@ -118,8 +118,14 @@ STATE = Script("SHAPE_STATE", _STATE)
 # The pending hash ``<prefix>:pending:{<name>}`` holds the latest coalesced call
 # (``call``: its arguments as JSON) and ``sweeper``: the task id of the message that
 # was deferred as a safety net, in case the running execution never hands the
-# pending call on (it died). ``<prefix>:retired:{<name>}`` is a set of sweeper ids
-# whose pending call was handed on by someone else: when they come back, they drop.
+# pending call on (it died). ``<prefix>:retired:{<name>}`` is a sorted set of sweeper
+# ids whose pending call was handed on by someone else, scored with the time (ms) they
+# were retired: when they come back, they drop. An id stays there (it is not taken
+# out when its message comes back) for as long as a copy of that message can come
+# back: a broker may hand a message out twice (``acks_late`` and a worker killed
+# between a re-send and its ack; a countdown longer than the Redis transport's
+# visibility timeout), and every copy must drop. Ids retired longer ago than that are
+# trimmed at each retirement.
 
 # KEYS[1]: the lock hash, KEYS[2]: pending hash, KEYS[3]: retired set.
 # ARGV[1]: the call (JSON), ARGV[2]: this execution's task id ('' for a call that
@@ -127,13 +133,13 @@ STATE = Script("SHAPE_STATE", _STATE)
 # Returns 0 when the lock is free (take it instead), 1 when the call is pending and
 # this execution is its sweeper (it must come back; a sweeper that comes back leaves
 # the later calls' arguments alone), 2 when it is pending and another execution is
-# the sweeper, 3 when this execution is a retired sweeper (its call was handed on:
-# drop it, and leave the later calls' arguments alone).
+# the sweeper, 3 when this execution is (a copy of) a retired sweeper (its call was
+# handed on: drop it, and leave the later calls' arguments alone).
 _PEND = r"""
 local L, P, R = KEYS[1], KEYS[2], KEYS[3]
 local me = ARGV[2]
 if redis.call('EXISTS', L) == 0 then return 0 end
-if me ~= '' and redis.call('SREM', R, me) == 1 then return 3 end
+if me ~= '' and redis.call('ZSCORE', R, me) then return 3 end
 local sweeper = redis.call('HGET', P, 'sweeper')
 if me ~= '' and sweeper == me then return 1 end
 redis.call('HSET', P, 'call', ARGV[1])
@@ -147,27 +153,35 @@ PEND = Script("SHAPE_PEND", _PEND)
 # KEYS[1]: pending hash, KEYS[2]: retired set.  ARGV[1]: how long a retired id is
 # remembered (ms).  Takes the pending call (the caller holds the lock and hands it
 # on): returns its JSON, or false when none is pending. Its sweeper is retired.
-_TAKE = r"""
+_TAKE = (
+    r"""
 local P, R = KEYS[1], KEYS[2]
+local keep = tonumber(ARGV[1])
 local pending = redis.call('HMGET', P, 'call', 'sweeper')
 if not pending[1] then return false end
 redis.call('DEL', P)
 if pending[2] then
-  redis.call('SADD', R, pending[2])
-  redis.call('PEXPIRE', R, ARGV[1])
+"""
+    + _CLOCK
+    + r"""
+  local now = now_ms()
+  redis.call('ZREMRANGEBYSCORE', R, '-inf', num(now - keep))
+  redis.call('ZADD', R, num(now), pending[2])
+  redis.call('PEXPIRE', R, keep)
 end
 return pending[1]
 """
+)
 TAKE = Script("SHAPE_TAKE", _TAKE)
 
 # KEYS[1]: pending hash, KEYS[2]: retired set.  ARGV[1]: this execution's task id.
 # Asked by an execution that just took the lock: 'sweep' when it is the sweeper of
-# the pending call (it hands the call on), 'drop' when it is a retired sweeper (its
-# call was handed on already), 'run' otherwise (a call of its own).
+# the pending call (it hands the call on), 'drop' when it is (a copy of) a retired
+# sweeper (its call was handed on already), 'run' otherwise (a call of its own).
 _SWEEP = r"""
 local P, R = KEYS[1], KEYS[2]
 if redis.call('HGET', P, 'sweeper') == ARGV[1] then return 'sweep' end
-if redis.call('SREM', R, ARGV[1]) == 1 then return 'drop' end
+if redis.call('ZSCORE', R, ARGV[1]) then return 'drop' end
 return 'run'
 """
 SWEEP = Script("SHAPE_SWEEP", _SWEEP)
