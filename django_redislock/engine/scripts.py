@@ -142,7 +142,7 @@ local function enqueue(owner, nonce, life, tail, wait_left)
   if old then
     if entry_fields(old)[4] == nonce then
       local p = split(old, 2)
-      if tonumber(p[1]) > now + life / 2 then return end
+      if tonumber(p[1]) > now + life / 2 then return false end
       since = tonumber(p[2]) or now
     end
   end
@@ -153,6 +153,7 @@ local function enqueue(owner, nonce, life, tail, wait_left)
   if not old then redis.call('RPUSH', Q, owner) end
   redis.call('PEXPIRE', Q, life)
   redis.call('PEXPIRE', E, life)
+  return true
 end
 """
 
@@ -264,17 +265,19 @@ end
 
 -- The queue's flags: while waiters may be queued, the fence hash and the lock hash
 -- carry 'q', so the fast paths (a free lock's acquire, a release) look at the queue
--- only then. The fence hash outlives the queue; the lock hash gets 'q' from here
--- and from every grant that may leave waiters behind it (see grant's *queued*).
-local function mark_queued(life)
-  redis.call('HSET', L, 'q', '1')
-  redis.call('HSET', F, 'q', '1')
-  if redis.call('PTTL', F) < life then redis.call('PEXPIRE', F, life) end
-end
-
--- Once the queue is gone, the free lock's acquire takes the fast path again.
-local function unmark_if_empty()
-  if redis.call('EXISTS', Q) == 0 then redis.call('HDEL', F, 'q') end
+-- only then. The lock hash gets 'q' from here and from every grant that may leave
+-- waiters behind it (see grant's *queued*); the fence hash gets it with the lock
+-- hash's first (a lock hash's 'q' implies the fence hash's: they are cleared
+-- together) and outlives the queue, whose every extension comes with a call here.
+-- *marked*: the lock hash's 'q' as the script read it.
+local function mark_queued(life, marked)
+  local left = redis.call('PTTL', F)
+  if not marked or left < 0 then  -- (-2: the fence hash is gone, its 'q' with it)
+    if not marked then redis.call('HSET', L, 'q', '1') end
+    redis.call('HSET', F, 'q', '1')
+    left = redis.call('PTTL', F)
+  end
+  if left < life then redis.call('PEXPIRE', F, life) end
 end
 """
 )
@@ -302,7 +305,7 @@ _QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS)).replace("HISTORY_MAX"
 # repeat (same nonce) or re-entry, answered {fence, count}.
 _REENTER = r"""
 local owner, nonce, ttl, meta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count', 'type')
+local h = redis.call('HMGET', L, 'owner', 'op', 'fence', 'count', 'type', 'q')
 if h[5] then return 'TYPE ' .. h[5] end
 if h[1] == owner then
   if h[2] == nonce then
@@ -382,14 +385,16 @@ if not h[1] then
       redis.call('HDEL', E, owner)
       expired(owner, e)
     end
-    unmark_if_empty()
-    return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1], head ~= nil))
+    -- Waiters left behind the caller keep both flags; with none, both are clear.
+    local queued = head and redis.call('EXISTS', Q) == 1
+    if not queued then redis.call('HDEL', F, 'q') end
+    return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1], queued))
   end
   handoff(retention)
 end
 if channel ~= '' then
-  enqueue(owner, nonce, life, ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta, ARGV[5])
-  mark_queued(life)
+  local tail = ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta
+  if enqueue(owner, nonce, life, tail, ARGV[5]) then mark_queued(life, h[6]) end
 end
 return -2 - redis.call('PTTL', L)
 """
@@ -449,11 +454,12 @@ if ARGV[5] == 'poke' then
     redis.call('PUBLISH', p[3], p[4])
   end
 elseif not handoff(retention, true) then
+  -- Nobody live was queued (live_head emptied the queue): both flags go.
   redis.call('DEL', L)
   redis.call('HSET', F, 'cur', '')
+  redis.call('HDEL', F, 'q')
 end
 if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
-unmark_if_empty()
 return 0
 """
 )
