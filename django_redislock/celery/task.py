@@ -64,6 +64,7 @@ from ..guards.shaping import (
     finish,
 )
 from ..primitives.lock import Lock
+from ..primitives.refusals import UNREAD
 from ..primitives.semaphore import validate_limit
 from .autoretry import autoretry_delay
 from .coalesce import ACQUIRED, hand_on, pend, sweep
@@ -197,15 +198,18 @@ def run_guarded(
         and config.limit is None
         and not task.request.is_eager
     )
+    seen: Any = UNREAD  # the holder, when a refused acquire read it already
     if copy:
-        acquired = _acquire_execution(task, config, lock, name, on_locked)
+        acquired, seen = _acquire_execution(task, config, lock, name, on_locked)
     else:
         acquired = config.acquire(lock, wait=on_locked == "wait")
     if not acquired:
         if config.debounce and task_id is not None and not task.request.is_eager:
-            resend(task, lease_left(config.lock_manager().get(name)) or 1)  # the due run
+            if seen is UNREAD:
+                seen = config.lock_manager().get(name)
+            resend(task, lease_left(seen) or 1)  # the due run
         if not config.coalesce:
-            return _task_locked(task, config, on_locked, name, call_args, kwargs)
+            return _task_locked(task, config, on_locked, name, call_args, kwargs, seen)
         outcome = pend(task, config, lock, name, call_args, kwargs)  # the pending run
         if outcome is not ACQUIRED:
             return outcome
@@ -263,8 +267,10 @@ def run_guarded(
 
 def _acquire_execution(
     task: Task, config: GuardConfig, lock: Lock, name: str, on_locked: Any
-) -> bool:
-    """Take *lock* for a new execution of *task*'s id, settling a broker's copy.
+) -> tuple[bool, Any]:
+    """Take *lock* for a new execution of *task*'s id, settling a broker's copy:
+    ``(acquired, holder)``, *holder* the lock's snapshot as read to refuse it (or
+    :data:`~django_redislock.primitives.refusals.UNREAD`).
 
     When another execution of the same task id holds the lock, this one is a
     copy of it (see :mod:`django_redislock.celery.redelivery`): it takes the hold
@@ -276,21 +282,21 @@ def _acquire_execution(
     copy_of = None
     for _ in range(TAKEOVER_TRIES):
         if lock.acquire(blocking=False):
-            return True
+            return True, UNREAD
         info = manager.get(name)
         holder = execution_of(info, task_id)
         if holder is None:
             if info is None:
                 continue  # released between our attempt and our look
             if on_locked == "wait" or config.timeout != 0:
-                return config.acquire(lock, wait=on_locked == "wait")
-            return False
+                return config.acquire(lock, wait=on_locked == "wait"), UNREAD
+            return False, info
         if not (dead_here(holder) and take_over(manager, name, holder)):
             defer(task, name, holder, lease_left(info) or 1)
         copy_of = (holder, info)
     if copy_of is not None:  # other copies won each race for the freed hold
         defer(task, name, copy_of[0], lease_left(copy_of[1]) or 1)
-    return False
+    return False, UNREAD
 
 
 def _release_at_end(lock: Lock, task: Task, outermost: bool, config: GuardConfig) -> None:
@@ -331,8 +337,12 @@ def _task_locked(
     name: str,
     call_args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    info: Any = UNREAD,
 ) -> Any:
-    info = config.lock_manager().get(name)
+    """What a run that found its lock held does (*info*: the holder's snapshot, if a
+    refused acquire read it already)."""
+    if info is UNREAD:
+        info = config.lock_manager().get(name)
     holder = None if info is None else holder_text(info)  # (every holder of a semaphore)
     logger.log(
         setting("REDISLOCK_TASK_SKIP_LOG_LEVEL"),
