@@ -19,10 +19,10 @@ import celery
 import pytest
 import redis
 from django.conf import settings
-from kombu.transport.redis import Channel
 
 from django_redislock import locks
 from tests import celery_app as ca
+from tests.brokers import needs_prompt_redelivery
 
 pytestmark = [pytest.mark.celery, pytest.mark.slow]
 
@@ -44,16 +44,6 @@ def _worker(name: str, pool: str = "prefork") -> ca.Worker:
         queues=QUEUE,
         env={"REDISLOCK_TEST_VISIBILITY": VISIBILITY, "REDISLOCK_TEST_LOG_LEVEL": "INFO"},
     )
-
-
-#: These tests need the broker to hand an unacknowledged message out again within
-#: a few seconds. kombu before the ``unacked_restore_interval`` transport option
-#: (the oldest cell's kombu 5.3) looks for such messages on a fixed cadence of up to
-#: about 100 s, so the redelivery would not come while the task runs.
-needs_prompt_redelivery = pytest.mark.skipif(
-    not hasattr(Channel, "unacked_restore_interval"),
-    reason="this kombu cannot redeliver within seconds (no unacked_restore_interval)",
-)
 
 
 @pytest.fixture(params=["prefork", "threads", "solo"])

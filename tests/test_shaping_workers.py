@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import celery_app as ca
+from tests.brokers import needs_prompt_redelivery
 from tests.shaping_scenarios import (
     WORKER_ENV,
     check_killed_pending_run_ran_once_more,
@@ -70,6 +71,7 @@ def test_fifty_calls_on_two_workers_give_one_more_run_with_the_last_arguments(
     assert all(pended), pended
 
 
+@needs_prompt_redelivery
 def test_a_pending_run_whose_worker_is_killed_runs_once_more_on_the_other_worker(
     workers: list[ca.Worker],
 ) -> None:

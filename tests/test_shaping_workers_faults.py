@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.brokers import needs_prompt_redelivery
 from tests.shaping_scenarios import (
     check_killed_pending_run_ran_once_more,
     pending_run_killed,
@@ -16,6 +17,7 @@ from tests.shaping_scenarios import (
 pytestmark = [pytest.mark.celery, pytest.mark.slow]
 
 
+@needs_prompt_redelivery
 def test_the_killed_run_checker_fails_when_the_copy_is_dropped() -> None:
     """The same scenario, against a guard that records a run as completed when it
     starts (a deliberate fault): the broker's copy of the killed run is dropped."""
