@@ -6,6 +6,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
+
+import redis
 
 from django_redislock import Lock, locks
 
@@ -91,3 +94,20 @@ def contend(guarded: Callable[[float], object], name: str, hold: float = 0.3) ->
     second.start()
     first.join(10)
     second.join(10)
+
+
+def queued_waiter(
+    redis_client: redis.Redis, name: str, **options: Any
+) -> tuple[threading.Thread, threading.Event]:
+    """A thread that waits for the lock *name* (``locks.lock(name, **options)``), sets
+    the event once it holds it and leaves at once; returned once it is queued."""
+    got = threading.Event()
+
+    def wait() -> None:
+        with locks.lock(name, **options):
+            got.set()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: queued(redis_client, name) == 1)
+    return thread, got

@@ -18,7 +18,7 @@ import pytest
 
 from django_redislock import locks
 from django_redislock.engine import flows
-from tests.holding import queued
+from tests.holding import queued, queued_waiter
 from tests.test_multiprocess import _expect_line, _spawn
 
 pytestmark = pytest.mark.slow
@@ -69,18 +69,7 @@ def test_a_barging_release_wakes_the_waiter_rather_than_letting_it_poll(
     monkeypatch.setattr(flows, "POLL_SLICE", 60.0)
     lock = locks.lock(name, ttl=60, fair=False)
     assert lock.acquire(blocking=False)
-    got = threading.Event()
-
-    def wait() -> None:
-        with locks.lock(name, ttl=10, timeout=30, fair=False):
-            got.set()
-
-    t = threading.Thread(target=wait)
-    t.start()
-    deadline = time.monotonic() + 5
-    while queued(redis_client, name) != 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    t, got = queued_waiter(redis_client, name, ttl=10, timeout=30, fair=False)
     lock.release()
     assert got.wait(5)
     t.join(5)

@@ -10,14 +10,13 @@ process stopped with SIGSTOP, a real fault.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 import redis
 
 from django_redislock import locks
-from tests.holding import queued, wait_until
+from tests.holding import queued, queued_waiter, wait_until
 from tests.test_fair import stopped_waiter  # noqa: F401 (a fixture: a queued child, stopped)
 
 #: An uncontended acquire and release: two EVALSHA, and inside them HMGET of the lock
@@ -58,15 +57,7 @@ def test_an_uncontended_acquire_and_release_run_eleven_commands(
 def test_once_the_queue_is_gone_the_fast_path_is_back(name: str, redis_client: redis.Redis) -> None:
     holder = locks.lock(name, ttl=10, auto_renew=False)
     assert holder.acquire(blocking=False)
-    got = threading.Event()
-
-    def wait() -> None:
-        with locks.lock(name, ttl=10, timeout=10, auto_renew=False):
-            got.set()
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    wait_until(lambda: queued(redis_client, name) == 1)
+    waiter, got = queued_waiter(redis_client, name, ttl=10, timeout=10, auto_renew=False)
     holder.release()  # slow path: handed to the waiter
     assert got.wait(10)
     waiter.join(10)

@@ -76,16 +76,12 @@ local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued
   if redis.call('HSET', F, 'fence', fence, 'cur', owner .. '|' .. since_ms .. '|' .. meta) == 2 then
     redis.call('PEXPIRE', F, retention)
   end
-  if overwrite then
-    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
-               'ttl', ttl, 'op', nonce, 'meta', meta, 'rel', '')
-  elseif queued then
-    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
-               'ttl', ttl, 'op', nonce, 'meta', meta, 'q', '1')
-  else
-    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
-               'ttl', ttl, 'op', nonce, 'meta', meta)
-  end
+  -- The last pair clears a reused hash's partial-release nonce (harmless on a new
+  -- hash), or marks a new one as queued behind.
+  local k, v = 'rel', ''
+  if queued and not overwrite then k, v = 'q', '1' end
+  redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
+             'ttl', ttl, 'op', nonce, 'meta', meta, k, v)
   if tonumber(ttl) > 0 then
     redis.call('PEXPIRE', L, ttl)
   elseif overwrite then

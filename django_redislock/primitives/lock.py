@@ -227,7 +227,7 @@ class Lock:
         """The owner token acquiring/releasing on behalf of the caller right now: the
         explicit ``owner``, else the guard's running on this name (a guarded task,
         view or function holding it), else the current thread's or asyncio task's."""
-        return self._owner or guard_owner(self.name) or current_owner()
+        return self._caller()[0]
 
     def _caller(self) -> tuple[str, bool]:
         """``(owner, made_up)`` of the caller: :attr:`owner`, and whether this process made
@@ -313,14 +313,13 @@ class Lock:
         if made_up:
             # What the client knows of its holds, the kind's own first ("n", or a read's
             # or write's "n|m"): a hold in Redis beyond it is an orphan (see KnownHolds).
-            counted = self._kind.known_names(self.name)
-            if len(counted) == 1:  # a mutex or a permit: its own count only
-                known = count_arg(known_holds.get(self._known_key(owner)))
-            else:
-                prefix = self._known_prefix()
-                known = b"|".join(
-                    [count_arg(known_holds.get((prefix, name, owner))) for name in counted]
-                )
+            prefix = self._known_prefix()
+            known = b"|".join(
+                [
+                    count_arg(known_holds.get((prefix, counted, owner)))
+                    for counted in self._kind.known_names(self.name)
+                ]
+            )
         if self.lock_delay_ms and backend.features.quorum:
             raise LockError(
                 f"lock {self.name!r}: lock_delay needs one Redis or a Redis Cluster: Redlock "
