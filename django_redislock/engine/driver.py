@@ -11,8 +11,9 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .calls import AmbiguousReply, Call, NotReplicated
-from .flows import HUB_READY, SENDS, SUBSCRIBE, Flow, Listen, Park, give_up
+from . import flows
+from .calls import AmbiguousReply, Attempt, Call, NotReplicated
+from .flows import HUB_READY, SENDS, SUBSCRIBE, AcquireOp, Flow, Listen, Park, give_up
 
 if TYPE_CHECKING:
     from .awakeup import AsyncWaiter, AsyncWakeHub
@@ -45,6 +46,33 @@ async def call_async(call: Call, backend: AsyncBackend) -> Any:
             if sent == SENDS:
                 raise give_up(call, exc) from exc.cause
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def acquire_sync(op: AcquireOp, backend: Backend) -> Attempt:
+    """``run_sync(flows.acquire(op), backend)``, with the first call made here: most
+    acquires end with it (the lock was free), and then no flow is built at all.
+
+    The same decisions as the flow's first step (it resumes with this outcome), except
+    with replica acknowledgements, which the flow handles from the start.
+    """
+    if op.replicas:
+        return run_sync(flows.acquire(op), backend)  # type: ignore[no-any-return]
+    ready, channel = _hub_ready(backend.hub()) if op.blocking else (False, b"")
+    attempt = op.decode(call_sync(flows.first_call(op, channel), backend))
+    if attempt.held:
+        return attempt
+    return run_sync(flows.acquire(op, (ready, channel, attempt)), backend)  # type: ignore[no-any-return]
+
+
+async def acquire_async(op: AcquireOp, backend: AsyncBackend) -> Attempt:
+    """:func:`acquire_sync` for asyncio."""
+    if op.replicas:
+        return await run_async(flows.acquire(op), backend)  # type: ignore[no-any-return]
+    ready, channel = _hub_ready(backend.hub()) if op.blocking else (False, b"")
+    attempt = op.decode(await call_async(flows.first_call(op, channel), backend))
+    if attempt.held:
+        return attempt
+    return await run_async(flows.acquire(op, (ready, channel, attempt)), backend)  # type: ignore[no-any-return]
 
 
 def run_sync(flow: Flow, backend: Backend) -> Any:
@@ -142,5 +170,10 @@ def _hub_effect(hub: Any, waits: dict[str, Any], effect: Any) -> Any:
         waits[effect.nonce] = hub.register(effect.nonce)
         return hub.ready
     if effect is HUB_READY:
-        return (hub.start(), hub.channel_arg)
+        return _hub_ready(hub)
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - a flow bug
+
+
+def _hub_ready(hub: Any) -> tuple[bool, bytes]:
+    """What :data:`~.flows.HUB_READY` answers: whether *hub* is subscribed, and its channel."""
+    return hub.start(), hub.channel_arg

@@ -272,22 +272,40 @@ def next_pause(pttl_ms: int, deadline: float | None, now: float, jitter: float) 
     return pause
 
 
-def acquire(op: AcquireOp) -> Generator[Effect, Any, Attempt]:
-    """Acquire, waiting in the FIFO queue for a hand-off when *op* blocks."""
-    if not op.blocking:
-        attempt, failed = yield from _ask(op, op.call(b""))
-        if failed is not None:
-            raise not_replicated(op, failed)
-        if not attempt.held and op.on_contended is not None:
-            op.on_contended(attempt.value)
-        return attempt
-    deadline = op.deadline = None if op.timeout is None else op.clock() + op.timeout
-    ready, channel = yield HUB_READY
-    attempt, failed = yield from _ask(op, op.call(channel))
+#: The outcome of an acquire's first call made outside the flow (see
+#: :func:`.driver.acquire_sync`): the hub's ``(subscribed, channel)`` as
+#: :data:`HUB_READY` answers them (``(False, b"")`` for one attempt), and the attempt.
+First = tuple[bool, bytes, Attempt]
+
+
+def first_call(op: AcquireOp, channel: bytes) -> Call:
+    """The first acquire call of *op*, on *channel* (b"": one attempt, never queued);
+    a blocking acquire's wait starts here (its deadline)."""
+    if op.blocking:
+        op.deadline = None if op.timeout is None else op.clock() + op.timeout
+    return op.call(channel)
+
+
+def acquire(op: AcquireOp, first: First | None = None) -> Generator[Effect, Any, Attempt]:
+    """Acquire, waiting in the FIFO queue for a hand-off when *op* blocks.
+
+    *first*: the outcome of the first call when the caller made it already (a
+    driver's shortcut for the common case, a lock granted at once: no flow at all).
+    """
+    if first is None:
+        ready, channel = (yield HUB_READY) if op.blocking else (False, b"")
+        attempt, failed = yield from _ask(op, first_call(op, channel))
+    else:
+        (ready, channel, attempt), failed = first, None
     if attempt.held:
         return attempt
     if op.on_contended is not None and failed is None:
         op.on_contended(attempt.value)
+    if not op.blocking:
+        if failed is not None:
+            raise not_replicated(op, failed)
+        return attempt
+    deadline = op.deadline
     # Queued. A hand-off published from now on reaches the hub, which keeps it
     # for this wait even if it arrives before the registration.
     subscribed = yield Listen(op.nonce)

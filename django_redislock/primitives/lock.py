@@ -29,7 +29,7 @@ from ..client.source import BackendSource, default_source
 from ..conf import setting
 from ..engine import deadlock, flows
 from ..engine.calls import Attempt, Call, NotReplicated
-from ..engine.driver import call_async, call_sync, run_async, run_sync
+from ..engine.driver import acquire_async, acquire_sync, call_async, call_sync, run_async
 from ..engine.guarding import guard_owner
 from ..engine.holds import Hold, HoldTable, known_holds
 from ..engine.identity import current_owner, new_nonce
@@ -383,7 +383,7 @@ class Lock:
         op = self._acquire_op(backend, owner, made_up, blocking, timeout)
         started = _start_clock()
         try:
-            attempt = run_sync(flows.acquire(op), backend)
+            attempt = acquire_sync(op, backend)
         except LockBackendError as error:
             self._backend_error(owner, "acquire", error)
             raise
@@ -419,7 +419,7 @@ class Lock:
         op = self._acquire_op(backend, owner, made_up, blocking, timeout)
         started = _start_clock()
         try:
-            attempt = await run_async(flows.acquire(op), backend)
+            attempt = await acquire_async(op, backend)
         except asyncio.CancelledError:
             await finish_in_background(self._undo_acquire(op, owner, backend))
             raise

@@ -825,6 +825,68 @@ def test_driver_unregisters_when_the_backend_raises(mode: str) -> None:
     assert hub.unregistered == [NONCE]
 
 
+# The drivers' shortcut (acquire_sync / acquire_async make the first call without a
+# flow) must do exactly what running the whole flow does.
+SHORTCUT_CASES = {
+    "granted": (True, [7], {}),
+    "re-entered": (True, [[b"41", 3]], {}),
+    "granted-one-attempt": (False, [7], {}),
+    "held-one-attempt": (False, [held_reply(700)], {}),
+    "queued-then-handed-off": (True, [held_reply(400)], {"fences": (21,)}),
+    "hub-not-ready": (True, [held_reply(400), 33], {"ready": False}),
+    "ambiguous-then-granted": (True, [ambiguous(), 9], {}),
+    "ambiguous-then-queued": (True, [ambiguous(), held_reply(400), 8], {"fences": (None,)}),
+    "given-up": (False, [ambiguous(), ambiguous()], {}),
+    "refused": (True, [b"TYPE semaphore"], {}),
+    "backend-error": (True, [LockBackendError("READONLY", name=NAME)], {}),
+}
+
+
+def _acquire_outcome(mode: str, shortcut: bool, case: str) -> tuple[Any, ...]:
+    blocking, replies, options = SHORTCUT_CASES[case]
+    backend, hub = fakes(mode, replies, **options)
+    contended: list[int] = []
+    op = make_op(blocking=blocking, on_contended=contended.append)
+    try:
+        if not shortcut:
+            result: Any = run_driver(mode, flows.acquire(op), backend)
+        elif mode == "sync":
+            result = driver.acquire_sync(op, backend)  # type: ignore[arg-type]
+        else:
+            result = asyncio.run(driver.acquire_async(op, backend))  # type: ignore[arg-type]
+    except LockError as exc:
+        result = (type(exc), str(exc), type(exc.__cause__))
+    waits = [(waiter, round(seconds, 6)) for waiter, seconds in hub.waits]
+    state = (hub.registered, hub.unregistered, waits, hub.subscriptions, contended)
+    return result, backend.calls, backend.replies, state
+
+
+@MODES
+@pytest.mark.parametrize("case", list(SHORTCUT_CASES))
+def test_the_drivers_acquire_shortcut_agrees_with_the_flow(mode: str, case: str) -> None:
+    through_flow = _acquire_outcome(mode, False, case)
+    shortcut = _acquire_outcome(mode, True, case)
+    assert shortcut == through_flow
+    assert through_flow[1], "the case made no call"
+
+
+@MODES
+def test_the_drivers_acquire_shortcut_leaves_replica_acknowledgements_to_the_flow(
+    mode: str,
+) -> None:
+    """With wait_replicas, an unconfirmed grant is given back: the flow decides that,
+    from the first call on (the shortcut would let NotReplicated escape)."""
+    backend, hub = fakes(mode, [NotReplicated(7, 0, 1), 1, 12])
+    op = make_op(blocking=False)
+    op.replicas = 1
+    with pytest.raises(LockNotReplicated):
+        if mode == "sync":
+            driver.acquire_sync(op, backend)  # type: ignore[arg-type]
+        else:
+            asyncio.run(driver.acquire_async(op, backend))  # type: ignore[arg-type]
+    assert [call.script for call in backend.calls] == [acquire_script, release_script]
+
+
 def _listening_flow(outcome: Any, log: list[str]) -> Generator[Any, Any, Any]:
     """Registers two waits, checks the driver's answers, then returns or raises *outcome*."""
     try:
