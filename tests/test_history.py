@@ -4,6 +4,7 @@ is a real child process, SIGKILLed while it holds the lock."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import socket
@@ -56,7 +57,7 @@ def test_free_locks_write_no_history(name: str) -> None:
         with locks.lock(name):
             pass
     assert locks.history(name) == []
-    assert b"hist" not in _fence_fields(name)
+    assert not {b"hist", b"hn", b"h1"} & _fence_fields(name)
 
 
 def test_a_hand_off_records_who_held_and_who_waited_how_long(name: str) -> None:
@@ -158,6 +159,43 @@ def test_the_history_keeps_the_newest_events(name: str) -> None:
     assert events[0].holder == f"holder {HISTORY_MAX + 2}"
     assert events[-1].holder == "holder 3"
     assert all(a.at >= b.at for a, b in zip(events, events[1:], strict=False))
+
+
+def test_events_keep_their_metadata_whatever_it_holds(name: str) -> None:
+    """Newlines, quotes and other JSON escapes in owners and metadata come back as they were."""
+    purpose = 'two\nlines, a "quote", a \\ and \u00e9'
+    for i in range(3):
+        holder = locks.lock(name, owner=f"holder\n{i}", purpose=purpose)
+        assert holder.acquire()
+        assert not locks.lock(name, owner=f"waiter {i}", purpose=purpose).acquire(timeout=0.05)
+        holder.release()
+    events = locks.history(name)
+    assert [e.holder for e in events] == ["holder\n2", "holder\n1", "holder\n0"]
+    assert {e.holder_meta["purpose"] for e in events} == {purpose}
+    assert {e.waiter_meta["purpose"] for e in events} == {purpose}
+
+
+def test_a_history_kept_as_a_json_list_is_read_after_the_newer_events(name: str) -> None:
+    """Development checkouts before 2026-11-27 kept the history as one JSON list: it
+    is read as older than every event recorded since (newest first, still at most
+    HISTORY_MAX)."""
+    older = [
+        {"e": "timeout", "t": 1_700_000_000_000 - i, "o": f"old holder {i}", "w": f"w{i}"}
+        for i in range(HISTORY_MAX)
+    ]
+    key = locks.backend().keyspace.keys(name).fence
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.hset(key, "hist", json.dumps(older))
+    old_holders = [f"old holder {i}" for i in range(HISTORY_MAX)]
+    assert [e.holder for e in locks.history(name)] == old_holders
+    holder = locks.lock(name, owner="new holder")
+    assert holder.acquire()
+    assert not locks.lock(name, owner="new waiter").acquire(timeout=0.05)
+    holder.release()
+    events = locks.history(name)
+    assert len(events) == HISTORY_MAX
+    assert events[0].holder == "new holder"
+    assert [e.holder for e in events[1:]] == old_holders[:-1]
 
 
 def test_semaphores_and_read_write_locks_keep_a_history(name: str) -> None:

@@ -1,9 +1,10 @@
 """A lock's recent history: what the scripts record on their slow paths.
 
 The scripts (``record`` in :mod:`.scripts`) keep the last
-:data:`~.scripts.HISTORY_MAX` events of a lock in its fence hash, newest
-first, as a JSON list. Only slow paths write one, so taking and releasing a
-free lock costs nothing here:
+:data:`~.scripts.HISTORY_MAX` events of a lock in its fence hash, one JSON
+object a field in a ring (a hand-off writes one small field and reads nothing
+older); ``HISTORY`` reads them newest first. Only slow paths write one, so
+taking and releasing a free lock costs nothing here:
 
 * ``"handoff"``: a release handed the lock to the first waiter;
 * ``"expired"``: a holder's lease ran out while someone waited (a crashed or
@@ -27,7 +28,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .calls import Call
-from .scripts import HISTORY_SCRIPT
+from .scripts import HISTORY_MAX, HISTORY_SCRIPT
 
 #: The events a history records, with what an operator reads for each.
 EVENTS = {
@@ -71,19 +72,32 @@ def history_call(fence_key: bytes, name: str) -> Call:
 
 
 def parse_history(raw: Any) -> list[HistoryEvent]:
-    """The events of a stored history, newest first; what does not parse is left out
-    (this never raises on what it finds in Redis)."""
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8", "replace")
-    if not isinstance(raw, str):
-        return []
+    """The events of a history as ``HISTORY`` returns it, newest first; what does not
+    parse is left out (this never raises on what it finds in Redis).
+
+    *raw*: the ring's events (JSON objects, newest first), then the history as
+    development checkouts before 2026-11-27 kept it (one JSON list, older than every
+    ring event, or empty); or that list alone.
+    """
+    if not isinstance(raw, list):
+        raw = [raw]
+    *ring, legacy = raw or [None]
+    older = _json(legacy)
+    items = [_json(text) for text in ring] + (older if isinstance(older, list) else [])
+    events = [event for item in items if (event := _event(item)) is not None]
+    return events[:HISTORY_MAX]
+
+
+def _json(text: Any) -> Any:
+    """*text* (bytes or str) decoded, or None where it is not JSON."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if not isinstance(text, str) or not text:
+        return None
     try:
-        items = json.loads(raw)
+        return json.loads(text)
     except (ValueError, RecursionError):
-        return []
-    if not isinstance(items, list):  # an empty Lua table encodes as {}
-        return []
-    return [event for item in items if (event := _event(item)) is not None]
+        return None
 
 
 def _event(item: Any) -> HistoryEvent | None:
@@ -122,10 +136,7 @@ def _text(value: Any) -> str | None:
 def _meta(value: Any) -> dict[str, Any]:
     if not isinstance(value, str) or not value:
         return {}
-    try:
-        loaded = json.loads(value)
-    except (ValueError, RecursionError):
-        return {}
+    loaded = _json(value)
     return loaded if isinstance(loaded, dict) else {}
 
 

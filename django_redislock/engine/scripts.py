@@ -171,21 +171,16 @@ end
 
 _HISTORY = r"""
 -- The lock's recent history, written on slow paths only (a hand-off, an expiry
--- someone waited through, a waiter giving up, an operator's release): a JSON
--- list in the fence hash, newest first, at most HISTORY_MAX events (read by
--- engine/history.py). Every path writes something that frees memory first, so
--- a full Redis does not refuse it.
+-- someone waited through, a waiter giving up, an operator's release): the last
+-- HISTORY_MAX events in the fence hash, a ring of fields h0, h1, ... with 'hn' the
+-- number of the newest (read by HISTORY and engine/history.py). A hand-off writes
+-- one, so an event is one small write: nothing older is read or rewritten.
+-- Every path writes something that frees memory first, so a full Redis does not
+-- refuse it.
 local function record(entry)
   entry.t = now_ms()
-  local list = {}
-  local old = redis.call('HGET', F, 'hist')
-  if old then
-    local ok, got = pcall(cjson.decode, old)
-    if ok and type(got) == 'table' then list = got end
-  end
-  table.insert(list, 1, entry)
-  for i = #list, HISTORY_MAX + 1, -1 do list[i] = nil end
-  redis.call('HSET', F, 'hist', cjson.encode(list))
+  local n = redis.call('HINCRBY', F, 'hn', 1)
+  redis.call('HSET', F, 'h' .. (n % HISTORY_MAX), cjson.encode(entry))
 end
 
 -- A waiter's entry as a history entry's "waited" part (its metadata is the
@@ -607,10 +602,21 @@ return 1
 """
 )
 
-# KEYS[1]: the fence hash.  The lock's recorded history (a JSON list), or nil.
-HISTORY = r"""
-return redis.call('HGET', KEYS[1], 'hist')
+# KEYS[1]: the fence hash.  The lock's recorded events, newest first (JSON texts),
+# then the history as development checkouts before 2026-11-27 kept it (one JSON list
+# in 'hist', older than every ring event; '' when there is none).
+HISTORY = (
+    r"""
+local F = KEYS[1]
+local n = tonumber(redis.call('HGET', F, 'hn')) or 0
+local fields = {}
+for i = 0, math.min(n, HISTORY_MAX) - 1 do fields[i + 1] = 'h' .. ((n - i) % HISTORY_MAX) end
+local out = {}
+if #fields > 0 then out = redis.call('HMGET', F, unpack(fields)) end
+out[#fields + 1] = redis.call('HGET', F, 'hist') or ''
+return out
 """
+).replace("HISTORY_MAX", str(HISTORY_MAX))
 
 acquire_script = Script("acquire", ACQUIRE)
 release_script = Script("release", RELEASE)

@@ -129,3 +129,24 @@ def test_early_grants_keep_at_least_one_and_re_put_moves_to_newest() -> None:
 @pytest.mark.parametrize("data", [b"proc.1f", "proc.1f"], ids=["bytes", "str"])
 def test_a_message_without_fence_is_a_poke(data: bytes | str) -> None:
     assert parse_grant(data) == ("proc.1f", None)
+
+
+def test_a_history_is_read_from_its_ring_then_from_an_older_json_list() -> None:
+    from django_redislock.engine.history import parse_history
+    from django_redislock.engine.scripts import HISTORY_MAX
+
+    handoff = b'{"e":"handoff","t":1700000000000,"o":"a","h":1200,"w":"b","wt":300}'
+    timeout = '{"e":"timeout","t":1699999999000,"o":"a","w":"c","wt":50}'
+    forced = '{"e":"forced","t":1699999998000,"o":"d"}'
+    events = parse_history([handoff, timeout.encode(), f"[{forced}]".encode()])
+    assert [e.event for e in events] == ["handoff", "timeout", "forced"]
+    assert (events[0].holder, events[0].held, events[0].waiter, events[0].waited) == (
+        "a", 1.2, "b", 0.3,
+    )  # fmt: skip
+    assert [e.event for e in parse_history(f"[{timeout},{forced}]")] == ["timeout", "forced"]
+    # What does not parse (a missing ring field, junk, a non-list) is left out.
+    assert [e.event for e in parse_history([None, b"junk", b"[1]", handoff, b"{}"])] == ["handoff"]
+    assert [e.event for e in parse_history([b"junk", b"{}", b"[1, {}]"])] == []
+    assert parse_history([]) == parse_history(b"[broken") == parse_history(None) == []
+    many = parse_history([handoff] * HISTORY_MAX + [f"[{forced}]".encode()])
+    assert len(many) == HISTORY_MAX and many[-1].event == "handoff"
