@@ -31,6 +31,13 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_async.py              # default, about 3 minutes
     .venv/bin/python benchmarks/bench_async.py --quick      # smoke test, < 40 s
 
+Before/after in one run: ``--baseline PATH`` (a ``git worktree`` of an older commit)
+adds ``ours@baseline`` (our package imported from PATH) and ``ours@current`` (from
+this tree) to every experiment, the way ``bench_locks.py --baseline`` does
+(``tree_pool.py``): a spawned process per tree runs the uncontended operations in an
+event loop of its own and forks its own hand-off / wake workers; compare the two with
+each other.
+
 Results: a table on stdout and JSON in ``benchmarks/results/async-<date>.json``.
 Our library is skipped (with a note) when ``Lock`` has no ``aacquire``; pottery's
 ``AIORedlock`` likewise when pottery does not have it.
@@ -60,9 +67,12 @@ for _p in (ROOT / "benchmarks", ROOT):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+# First, before anything imports django_redislock: in a --baseline tree process,
+# bench_locks imports tree_pool, which puts that tree first on sys.path.
 import bench_locks as B  # noqa: E402
 import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
+import tree_pool as T  # noqa: E402
 
 now_ns = B.now_ns
 pct = B.pct
@@ -279,26 +289,41 @@ def usable(libs: list[str], notes: dict[str, str]) -> list[str]:
 # --------------------------------------------------------------------------------------
 
 
+async def uncontended_ops(
+    ctx: Ctx, lib_key: str, name: str, count: int
+) -> list[tuple[float, float]]:
+    """*count* create + acquire + release of a free lock: (wall us, thread CPU us) each."""
+    make = LIBS[lib_key].make
+    thread_ns = time.thread_time_ns
+    perf_ns = time.perf_counter_ns
+    out = []
+    for _ in range(count):
+        c0 = thread_ns()
+        t0 = perf_ns()
+        await make(ctx, name).cycle()
+        t1 = perf_ns()
+        out.append(((t1 - t0) / 1000.0, (thread_ns() - c0) / 1000.0))
+    return out
+
+
 async def _uncontended(
     libs: list[str], rounds: int, batch: int, warmup: int, notes: dict[str, str]
 ) -> dict[str, Any]:
     ctx = Ctx()
     names = {k: f"bench:au:{k}" for k in libs}
-    thread_ns = time.thread_time_ns
-    perf_ns = time.perf_counter_ns
 
-    async def one(k: str) -> tuple[int, int]:
-        c0 = thread_ns()
-        t0 = perf_ns()
-        await LIBS[k].make(ctx, names[k]).cycle()
-        t1 = perf_ns()
-        return t1 - t0, thread_ns() - c0
+    async def ops(k: str, count: int, untimed: int = 1) -> list[tuple[float, float]]:
+        """Here, or in k's tree process (timed there the same way; it blocks this loop,
+        which has nothing else to do meanwhile)."""
+        if k in T.REMOTE:
+            tree, inner = T.REMOTE[k]
+            return tree.uncontended(inner, names[k], count, untimed)
+        return await uncontended_ops(ctx, k, names[k], count)
 
     live = []
     for k in libs:  # warm-up: scripts, connections, imports; drop a library that fails
         try:
-            for _ in range(warmup):
-                await one(k)
+            await ops(k, warmup)
             live.append(k)
         except Exception as exc:
             notes[k] = f"skipped in uncontended: {type(exc).__name__}: {exc}"
@@ -310,30 +335,27 @@ async def _uncontended(
     for _ in range(rounds):
         random.shuffle(order)
         for k in order:
-            mine = []
-            for _ in range(batch):
-                wall, c = await one(k)
-                mine.append(wall / 1000.0)
-                cpu[k].append(c / 1000.0)
+            got = await ops(k, batch)
+            mine = [wall for wall, _c in got]
+            cpu[k].extend(c for _w, c in got)
             samples[k].extend(mine)
             per_round[k].append(statistics.median(mine))
     elapsed = time.monotonic() - started
-    # Redis-side CPU per operation (INFO commandstats), one short pass per library.
+    # Redis-side CPU and commands per operation (INFO commandstats, which counts the
+    # commands run inside Lua too), one short pass per library.
     server_us: dict[str, float] = {}
+    commands: dict[str, float] = {}
     for k in live:
         n = max(50, min(500, rounds * batch // 4))
         await ctx.r.config_resetstat()
-        for _ in range(n):
-            await one(k)
-        stats = await ctx.r.info("commandstats")
-        server_us[k] = (
-            sum(
-                v["usec"]
-                for name, v in stats.items()
-                if "resetstat" not in name and "info" not in name
-            )
-            / n
-        )
+        await ops(k, n, untimed=0)  # every operation counts
+        stats = {
+            name: v
+            for name, v in (await ctx.r.info("commandstats")).items()
+            if "resetstat" not in name and "info" not in name
+        }
+        server_us[k] = sum(v["usec"] for v in stats.values()) / n
+        commands[k] = sum(v["calls"] for v in stats.values()) / n
     await ctx.aclose()
     floor = samples.get("floor")
     floor_p50 = pct(floor, 50) if floor else None
@@ -359,7 +381,9 @@ async def _uncontended(
             "paired_ratio_median": statistics.median(paired) if paired else None,
             "client_cpu_p50_us": pct(cpu[k], 50),
             "redis_cpu_us_per_op": server_us[k],
+            "redis_commands_per_op": commands[k],
         }
+    T.paired_to_baseline(per_round, rows)
     return {"rounds": rounds, "batch": batch, "elapsed_s": elapsed, "rows": rows}
 
 
@@ -583,6 +607,42 @@ def worker_main(conn: Any, events: tuple[Any, Any, Any]) -> None:
         conn.send(res)
 
 
+#: --baseline, in a tree process: its one event loop and Ctx for the uncontended batches.
+_TREE_LOOP: list[tuple[asyncio.AbstractEventLoop, Ctx]] = []
+
+
+def _tree_uncontended(
+    lib_key: str, name: str, count: int, untimed: int
+) -> list[tuple[float, float]]:
+    """A tree process's uncontended batch (see tree_pool.TreePool.uncontended), run in
+    one event loop (and one Ctx) kept for the whole run, as the parent's is."""
+    if not _TREE_LOOP:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        _TREE_LOOP.append((loop, Ctx()))
+    loop, ctx = _TREE_LOOP[0]
+
+    async def batch() -> list[tuple[float, float]]:
+        if untimed:
+            await uncontended_ops(ctx, lib_key, name, untimed)
+        return await uncontended_ops(ctx, lib_key, name, count)
+
+    return loop.run_until_complete(batch())
+
+
+def tree_main(conn: Any, url: str, size: int) -> None:
+    """A tree process (tree_pool.TreePool): django_redislock from $BENCH_REDISLOCK_TREE,
+    its own fork pool of *size* asyncio workers, uncontended operations run here."""
+    configure(url)
+    # Forked before any connection, thread or event loop.
+    pool = B.Pool(size, target=worker_main) if size else None
+    T.serve(conn, pool, {"uncontended": _tree_uncontended})
+
+
+def _remote_only(ctx: Ctx, name: str) -> Any:
+    raise RuntimeError("ours@current / ours@baseline run in their tree process only")
+
+
 # --------------------------------------------------------------------------------------
 # 2. Hand-off
 # --------------------------------------------------------------------------------------
@@ -602,13 +662,14 @@ def run_handoff_once(
     start = now_ns() + int(0.4e9)
     end = start + int(duration * 1e9)
     hard_end = end + int(max(5.0, duration) * 1e9)
+    runner, inner = T.route(pool, lib_key)
     cmds_before = B._commands_processed(r)
     rcpu0 = B._redis_cpu(r)
-    results = pool.run(
+    results = runner.run(
         [
             dict(
                 op="contend",
-                lib_key=lib_key,
+                lib_key=inner,
                 name=name,
                 counter=counter,
                 tasks=t,
@@ -783,18 +844,18 @@ def bench_wake(
         random.shuffle(order)
         for k, mode in order:
             name = f"bench:aw:{k}:{mode}"
-            common = dict(lib_key=k, name=name, trials=t, hold_s=hold_s)
+            runner, inner = T.route(pool, k)
+            common = dict(lib_key=inner, name=name, trials=t, hold_s=hold_s)
             timeout = t * (hold_s + 2) + 30
             try:
                 if mode == "xproc":
-                    for ev in pool.events:
-                        ev.clear()
-                    res = pool.run(
+                    res = runner.run(
                         [
                             dict(op="wake", role="holder", **common),
                             dict(op="wake", role="waiter", **common),
                         ],
-                        timeout=timeout,
+                        timeout,
+                        clear_events=True,
                     )
                     if any("error" in x for x in res):
                         errors[k, mode].extend(x["error"] for x in res if "error" in x)
@@ -802,7 +863,7 @@ def bench_wake(
                     pairs = zip(res[0]["recs"], res[1]["recs"], strict=False)
                     got = [(a, b, c) for (a, b), (c,) in pairs]
                 else:
-                    (res1,) = pool.run([dict(op="wake_same", **common)], timeout=timeout)
+                    (res1,) = runner.run([dict(op="wake_same", **common)], timeout)
                     if "error" in res1:
                         errors[k, mode].append(res1["error"])
                         continue
@@ -962,6 +1023,7 @@ def report(results: dict[str, Any]) -> str:
                 rows,
             )
         )
+    out.extend(before_after(results))
     errs = [
         (key, r["errors"])
         for part in ("handoff", "wake")
@@ -980,6 +1042,47 @@ def report(results: dict[str, Any]) -> str:
         for item in t:
             out.append(f"  [{'PASS' if item['ok'] else 'MISS'}] {item['what']}: {item['value']}")
     return "\n".join(out)
+
+
+#: --baseline: the hand-off and wake figures in the before/after table.
+_HANDOFF_COMPARED = (
+    ("cs_per_s", "CS/s", 1),
+    ("handoff_p50_ms", "hand-off p50 ms", 3),
+    ("handoff_p90_ms", "hand-off p90 ms", 3),
+    ("round_trips_per_cs", "round trips/CS", 1),
+    ("redis_cmds_per_cs", "Redis commands/CS", 1),
+    ("client_cpu_ms_per_cs", "client CPU ms/CS", 3),
+)
+_WAKE_COMPARED = (
+    ("p50_ms", "p50 ms", 3),
+    ("p90_ms", "p90 ms", 3),
+    ("from_release_return_p50_ms", "p50 from release reply ms", 3),
+)
+
+
+def before_after(results: dict[str, Any]) -> list[str]:
+    """``--baseline``: ours@current vs ours@baseline, same run, same process model."""
+    trees = results.get("baseline")
+    if not trees:
+        return []
+    cur, base = T.CURRENT, T.BASELINE
+    out = T.before_after_head(trees)
+    rows = T.uncontended_rows(results.get("uncontended", {}).get("rows", {}))
+    h = results.get("handoff", {})
+    for n in h.get("ns", []):
+        for procs in h.get("layouts", []):
+            a = h["rows"].get(f"{cur}:N{n}:{procs}p")
+            b = h["rows"].get(f"{base}:N{n}:{procs}p")
+            where = f"hand-off N={n} {procs}p"
+            rows += T.compare_rows(where, a, b, _HANDOFF_COMPARED)
+            if a and b:
+                rows.append(T.lost_row(where, a, b))
+    w = results.get("wake", {})
+    for mode in w.get("modes", []):
+        a, b = w["rows"].get(f"{cur}:{mode}"), w["rows"].get(f"{base}:{mode}")
+        rows += T.compare_rows(f"wake {mode}", a, b, _WAKE_COMPARED)
+    out.append(table(T.BEFORE_AFTER_HEADERS, rows))
+    return out
 
 
 def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -1028,9 +1131,10 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return t
 
 
-def _out_path(quick: bool) -> Path:
+def _out_path(quick: bool, before_after: bool = False) -> Path:
     base = ROOT / "benchmarks" / "results"
-    stem = time.strftime("async-%Y-%m-%d") + ("-quick" if quick else "")
+    prefix = "async-before-after-" if before_after else "async-"
+    stem = time.strftime(prefix + "%Y-%m-%d") + ("-quick" if quick else "")
     out = base / f"{stem}.json"
     if out.exists():
         out = base / f"{stem}-{time.strftime('%H%M%S')}.json"
@@ -1078,6 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
         help="JSON output path (default benchmarks/results/async-<date>.json)",
     )
     ap.add_argument("--no-json", action="store_true")
+    T.add_argument(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.warmup, args.duration, args.trials = 40, 20, 0.6, 3
@@ -1091,6 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = _csv(args.wake_modes)
     if set(modes) - set(WAKE_MODES):
         ap.error(f"--wake-modes: choose from {WAKE_MODES}")
+    baseline = T.baseline_path(ap, args.baseline)
 
     def log(msg: str) -> None:
         print(msg, flush=True)
@@ -1124,11 +1230,20 @@ def main(argv: list[str] | None = None) -> int:
 
     # Fork the workers first, while this process has no threads, loops or connections.
     pool = None
-    if only & {"handoff", "wake"}:
-        size = max(layouts + [2]) if "handoff" in only else 2
+    size = (max(layouts + [2]) if "handoff" in only else 2) if only & {"handoff", "wake"} else 0
+    if size:
         pool = B.Pool(size, target=worker_main)
-    started = time.monotonic()
+    trees: list[T.TreePool] = []
     try:
+        if baseline is not None:
+            # Spawned (not forked): each imports django_redislock from its own tree.
+            trees, results["baseline"] = T.start_trees(ROOT, baseline, tree_main, (url, size), log)
+            for key, (tp, _inner) in T.REMOTE.items():
+                label = f"{key} {tp.info.get('commit', '?')} aacquire/arelease"
+                LIBS[key] = Lib(key, label, _remote_only)
+                for libs in (ulibs, hlibs, wlibs):
+                    libs.append(key)
+        started = time.monotonic()
         if "uncontended" in only and ulibs:
             log(f"1. uncontended: {len(ulibs)} libraries x {args.rounds} x {args.batch} ops ...")
             gc.collect()
@@ -1151,6 +1266,8 @@ def main(argv: list[str] | None = None) -> int:
                 pool, hlibs, ns, layouts, args.duration, args.reps, log
             )
     finally:
+        for tp in trees:
+            tp.close()
         if pool is not None:
             pool.close()
         if server is not None:
@@ -1164,7 +1281,7 @@ def main(argv: list[str] | None = None) -> int:
         f"load average at end {results['machine']['loadavg_at_end']})"
     )
     if not args.no_json:
-        out = Path(args.out) if args.out else _out_path(args.quick)
+        out = Path(args.out) if args.out else _out_path(args.quick, baseline is not None)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1, default=str))
         print(f"JSON: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")

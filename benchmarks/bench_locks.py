@@ -62,13 +62,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-#: ``--baseline``: the source tree whose django_redislock this process imports. Set by
-#: the parent in the environment of the spawned tree processes only (see TreePool).
-TREE_ENV = "BENCH_REDISLOCK_TREE"
-if os.environ.get(TREE_ENV):
-    sys.path.insert(0, os.environ[TREE_ENV])
+_BENCH = str(Path(__file__).resolve().parent)
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
 
+# Before anything imports django_redislock: in a --baseline tree process, tree_pool
+# puts that tree first on sys.path.
 import redis  # noqa: E402
+import tree_pool as T  # noqa: E402
 
 CLOCK = time.CLOCK_MONOTONIC
 
@@ -312,10 +313,9 @@ UNCONTENDED_DEFAULT = [
 CONTENDED_DEFAULT = ["ours", "ours_unfair", "prl", "redispy", "redispy_1ms", "pottery"]
 WAKE_DEFAULT = ["ours", "prl", "redispy", "redispy_1ms", "pottery"]
 
-#: ``--baseline``: library keys run in a TreePool -> (that pool, the key run inside it).
-#: ``ours@current`` and ``ours@baseline`` are both ``ours`` run the same way (a spawned
-#: process per source tree that forks its own workers), so their ratio is fair.
-REMOTE: dict[str, tuple[Any, str]] = {}
+#: ``--baseline``: library keys run in a tree process (tree_pool.py).
+TREE_ENV = T.TREE_ENV
+REMOTE = T.REMOTE
 
 
 # --------------------------------------------------------------------------------------
@@ -332,8 +332,7 @@ def pct(values: list[float], q: float) -> float | None:
     return s[idx]
 
 
-def fmt(v: float | None, digits: int = 1) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
+fmt = T.fmt
 
 
 # --------------------------------------------------------------------------------------
@@ -360,11 +359,12 @@ def uncontended_ops(lib_key: str, name: str, count: int) -> list[tuple[float, fl
     return out
 
 
-def _ops(k: str, name: str, count: int) -> list[tuple[float, float]]:
-    """uncontended_ops here, or in k's tree process (timed there, the same way)."""
+def _ops(k: str, name: str, count: int, untimed: int = 1) -> list[tuple[float, float]]:
+    """uncontended_ops here, or in k's tree process (timed there, the same way, after
+    *untimed* operations there)."""
     if k in REMOTE:
         tree, inner = REMOTE[k]
-        return tree.uncontended(inner, name, count)
+        return tree.uncontended(inner, name, count, untimed)
     return uncontended_ops(k, name, count)
 
 
@@ -395,7 +395,7 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
     for k in libs:
         n = max(50, min(500, rounds * batch // 4))
         r.config_resetstat()
-        _ops(k, names[k], n)
+        _ops(k, names[k], n, untimed=0)  # every operation counts
         stats = {
             name: v
             for name, v in r.info("commandstats").items()
@@ -427,12 +427,7 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
             "redis_cpu_us_per_op": server_us[k],
             "redis_commands_per_op": commands[k],
         }
-    if "ours@current" in per_round and "ours@baseline" in per_round:
-        paired = [
-            a / b
-            for a, b in zip(per_round["ours@current"], per_round["ours@baseline"], strict=True)
-        ]
-        rows["ours@current"]["paired_ratio_to_baseline"] = statistics.median(paired)
+    T.paired_to_baseline(per_round, rows)
     return {"rounds": rounds, "batch": batch, "elapsed_s": elapsed, "rows": rows}
 
 
@@ -588,7 +583,12 @@ class Pool:
         for ev in self.events:
             ev.clear()
 
-    def run(self, cmds: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
+    def run(
+        self, cmds: list[dict[str, Any]], timeout: float, clear_events: bool = False
+    ) -> list[dict[str, Any]]:
+        """Send *cmds* to the first len(cmds) workers and collect their answers."""
+        if clear_events:
+            self.clear_events()
         if len(cmds) > len(self.conns):
             raise RuntimeError(f"{len(cmds)} commands for a pool of {len(self.conns)}")
         for conn, cmd in zip(self.conns, cmds, strict=False):
@@ -613,142 +613,28 @@ class Pool:
                 p.terminate()
 
 
-def _tree_commit(tree: Path) -> dict[str, Any]:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(tree), *args], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-
-    try:
-        return {
-            "commit": git("rev-parse", "--short", "HEAD"),
-            "subject": git("log", "-1", "--format=%s")[:120],
-            "uncommitted_package_changes": git(
-                "status", "--porcelain", "--", "django_redislock"
-            ).splitlines(),
-        }
-    except Exception as exc:
-        return {"error": str(exc)}
+def _tree_uncontended(
+    lib_key: str, name: str, count: int, untimed: int
+) -> list[tuple[float, float]]:
+    """A tree process's uncontended batch (see tree_pool.TreePool.uncontended)."""
+    if untimed:
+        uncontended_ops(lib_key, name, untimed)
+    return uncontended_ops(lib_key, name, count)
 
 
 def tree_main(conn: Any, url: str, size: int) -> None:
-    """A TreePool's process: django_redislock from $BENCH_REDISLOCK_TREE, its own fork Pool."""
+    """A tree process (tree_pool.TreePool): django_redislock from $BENCH_REDISLOCK_TREE,
+    its own fork Pool of *size* workers, uncontended operations run here."""
     configure(url)
-    import django_redislock
-
     pool = Pool(size) if size else None  # forked before any connection or thread
-    try:
-        while True:
-            if not conn.poll(24 * 3600):
-                return
-            cmd = conn.recv()
-            op = cmd.pop("op")
-            if op == "exit":
-                return
-            try:
-                if op == "hello":
-                    res: Any = {
-                        "file": django_redislock.__file__,
-                        "pid": os.getpid(),
-                        "workers": size,
-                    }
-                elif op == "uncontended":
-                    # One untimed operation first: the batch starts right after this
-                    # process woke up on the pipe (cold caches), the same in every tree.
-                    uncontended_ops(cmd["lib_key"], cmd["name"], 1)
-                    res = uncontended_ops(**cmd)
-                elif op == "pool" and pool is not None:
-                    if cmd["clear_events"]:
-                        pool.clear_events()
-                    res = pool.run(cmd["cmds"], cmd["timeout"])
-                else:
-                    res = {"error": f"unknown op {op}"}
-            except Exception as exc:
-                res = {"error": f"{type(exc).__name__}: {exc}"}
-            conn.send(res)
-    finally:
-        if pool is not None:
-            pool.close()
-
-
-class TreePool:
-    """Runs our library from another source tree, in processes of its own.
-
-    One process is *spawned* (not forked: the package is already imported here)
-    with *tree* first on sys.path; it configures Django, forks *size* workers
-    (the same worker_main as Pool's) and relays commands to them, and runs the
-    uncontended operations itself. Used for ``ours@baseline`` and, the same way,
-    for ``ours@current``, so that both run under the same process model.
-    """
-
-    def __init__(self, tree: Path, url: str, size: int) -> None:
-        ctx = mp.get_context("spawn")
-        self.tree = tree.resolve()
-        self.conn, child = ctx.Pipe()
-        old = os.environ.get(TREE_ENV)
-        os.environ[TREE_ENV] = str(self.tree)
-        try:
-            # Not a daemon: it forks workers of its own. close() ends it.
-            self.proc = ctx.Process(target=tree_main, args=(child, url, size))
-            self.proc.start()
-        finally:
-            if old is None:
-                del os.environ[TREE_ENV]
-            else:
-                os.environ[TREE_ENV] = old
-        child.close()
-        hello = self._call({"op": "hello"}, timeout=120)
-        self.package_file = hello["file"]
-        if not Path(self.package_file).resolve().is_relative_to(self.tree):
-            self.close()
-            raise SystemExit(
-                f"the process for {tree} imported django_redislock from {self.package_file}"
-            )
-        self.info = {"tree": str(self.tree), "package_file": self.package_file}
-        self.info.update(_tree_commit(self.tree))
-
-    def _call(self, cmd: dict[str, Any], timeout: float) -> Any:
-        self.conn.send(cmd)
-        if not self.conn.poll(timeout):
-            raise RuntimeError(f"the process for {self.tree} did not answer in time")
-        res = self.conn.recv()
-        if isinstance(res, dict) and set(res) == {"error"}:
-            raise RuntimeError(f"{self.tree}: {res['error']}")
-        return res
-
-    def uncontended(self, lib_key: str, name: str, count: int) -> list[tuple[float, float]]:
-        got = self._call(
-            {"op": "uncontended", "lib_key": lib_key, "name": name, "count": count},
-            timeout=60 + count * 0.1,
-        )
-        return [tuple(x) for x in got]
-
-    def run(
-        self, cmds: list[dict[str, Any]], timeout: float, clear_events: bool = False
-    ) -> list[dict[str, Any]]:
-        return self._call(  # type: ignore[no-any-return]
-            {"op": "pool", "cmds": cmds, "timeout": timeout, "clear_events": clear_events},
-            timeout=timeout + 15,
-        )
-
-    def close(self) -> None:
-        try:
-            self.conn.send({"op": "exit"})
-        except Exception:
-            pass
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(2)
+    T.serve(conn, pool, {"uncontended": _tree_uncontended})
 
 
 def _remote_only(name: str) -> Any:
     raise RuntimeError("ours@current / ours@baseline run in their tree process only")
 
 
-def _route(pool: Pool, lib_key: str) -> tuple[Any, str]:
-    """The pool that runs *lib_key* and the library key to send it."""
-    return REMOTE.get(lib_key, (pool, lib_key))
+_route = T.route
 
 
 # --------------------------------------------------------------------------------------
@@ -937,11 +823,7 @@ def bench_wake(
                 dict(op="wake", role="waiter", **common),
             ]
             timeout = t * (hold_s + 2) + 30
-            if isinstance(runner, TreePool):
-                res = runner.run(cmds, timeout, clear_events=True)
-            else:
-                runner.clear_events()
-                res = runner.run(cmds, timeout)
+            res = runner.run(cmds, timeout, clear_events=True)
             if any("error" in x for x in res):
                 errors[k].extend(x["error"] for x in res if "error" in x)
                 continue
@@ -1118,8 +1000,20 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.3f}x" if a is not None and b else "-"
+#: --baseline: the contended and wake figures in the before/after table.
+_CONTENDED_COMPARED = (
+    ("cs_per_s", "CS/s", 1),
+    ("handoff_p50_ms", "hand-off p50 ms", 3),
+    ("handoff_p90_ms", "hand-off p90 ms", 3),
+    ("fewest_most_ratio", "fewest/most", 2),
+    ("round_trips_per_cs", "round trips/CS", 1),
+    ("client_cpu_ms_per_cs", "client CPU ms/CS", 3),
+)
+_WAKE_COMPARED = (
+    ("p50_ms", "p50 ms", 3),
+    ("p90_ms", "p90 ms", 3),
+    ("from_release_return_p50_ms", "p50 from release reply ms", 3),
+)
 
 
 def before_after(results: dict[str, Any]) -> list[str]:
@@ -1127,79 +1021,18 @@ def before_after(results: dict[str, Any]) -> list[str]:
     trees = results.get("baseline")
     if not trees:
         return []
-    cur, base = "ours@current", "ours@baseline"
-    out = [
-        "\nBefore/after (ours@current vs ours@baseline, both in spawned tree processes):",
-        f"  current:  {trees['current'].get('commit')} {trees['current']['tree']}"
-        + (
-            " (+ uncommitted package changes)"
-            if trees["current"].get("uncommitted_package_changes")
-            else ""
-        ),
-        f"  baseline: {trees['baseline'].get('commit')} {trees['baseline']['tree']} "
-        f"({trees['baseline'].get('subject', '')[:60]})",
-    ]
-    rows = []
-    u = results.get("uncontended", {}).get("rows", {})
-    if cur in u and base in u:
-        for field, what in (("p50_us", "uncontended p50 us"), ("p90_us", "uncontended p90 us")):
-            b, a = u[base][field], u[cur][field]
-            rows.append([what, fmt(b), fmt(a), _ratio(a, b)])
-        rows.append(
-            [
-                "uncontended, paired (median per-round ratio)",
-                "",
-                "",
-                fmt(u[cur].get("paired_ratio_to_baseline"), 3) + "x",
-            ]
-        )
-        rows.append(
-            [
-                "uncontended client CPU us",
-                fmt(u[base]["client_cpu_p50_us"]),
-                fmt(u[cur]["client_cpu_p50_us"]),
-                _ratio(u[cur]["client_cpu_p50_us"], u[base]["client_cpu_p50_us"]),
-            ]
-        )
+    cur, base = T.CURRENT, T.BASELINE
+    out = T.before_after_head(trees)
+    rows = T.uncontended_rows(results.get("uncontended", {}).get("rows", {}))
     c = results.get("contended", {}).get("rows", {})
     for n in results.get("contended", {}).get("ns", []):
         a, b = c.get(f"{cur}@{n}"), c.get(f"{base}@{n}")
-        if not a or not b:
-            continue
-        for field, what, digits in (
-            ("cs_per_s", "CS/s", 1),
-            ("handoff_p50_ms", "hand-off p50 ms", 3),
-            ("handoff_p90_ms", "hand-off p90 ms", 3),
-            ("fewest_most_ratio", "fewest/most", 2),
-            ("round_trips_per_cs", "round trips/CS", 1),
-            ("client_cpu_ms_per_cs", "client CPU ms/CS", 3),
-        ):
-            rows.append(
-                [
-                    f"contended N={n} {what}",
-                    fmt(b[field], digits),
-                    fmt(a[field], digits),
-                    _ratio(a[field], b[field]),
-                ]
-            )
-        rows.append(
-            [
-                f"contended N={n} lost/overlaps",
-                f"{b['lost_updates']}/{b['overlaps']}",
-                f"{a['lost_updates']}/{a['overlaps']}",
-                "",
-            ]
-        )
+        rows += T.compare_rows(f"contended N={n}", a, b, _CONTENDED_COMPARED)
+        if a and b:
+            rows.append(T.lost_row(f"contended N={n}", a, b))
     w = results.get("wake", {}).get("rows", {})
-    if cur in w and base in w:
-        for field, what in (
-            ("p50_ms", "wake p50 ms"),
-            ("p90_ms", "wake p90 ms"),
-            ("from_release_return_p50_ms", "wake p50 from release reply ms"),
-        ):
-            b, a = w[base][field], w[cur][field]
-            rows.append([what, fmt(b, 3), fmt(a, 3), _ratio(a, b)])
-    out.append(table(["measure", "baseline", "current", "current/baseline"], rows))
+    rows += T.compare_rows("wake", w.get(cur), w.get(base), _WAKE_COMPARED)
+    out.append(table(T.BEFORE_AFTER_HEADERS, rows))
     return out
 
 
@@ -1439,14 +1272,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default=None, help="JSON output path (default benchmarks/results/<stamp>.json)"
     )
     ap.add_argument("--no-json", action="store_true")
-    ap.add_argument(
-        "--baseline",
-        metavar="PATH",
-        default=None,
-        help="also run 'ours' from the source tree at PATH (a git worktree of an older "
-        "commit) as ours@baseline, and from this tree the same way as ours@current, "
-        "in every selected experiment (see benchmarks/README.md)",
-    )
+    T.add_argument(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.duration, args.trials = 60, 1.5, 6
@@ -1457,10 +1283,8 @@ def main(argv: list[str] | None = None) -> int:
         "contended": [k for k in args.contended_libs.split(",") if k],
         "wake": [k for k in args.wake_libs.split(",") if k],
     }
-    baseline = Path(args.baseline).resolve() if args.baseline else None
+    baseline = T.baseline_path(ap, args.baseline)
     if baseline is not None:
-        if not (baseline / "django_redislock" / "__init__.py").is_file():
-            ap.error(f"--baseline {baseline}: no django_redislock package there")
         for libs in lib_lists.values():
             libs.extend(k for k in ("ours@current", "ours@baseline") if k not in libs)
 
@@ -1482,22 +1306,13 @@ def main(argv: list[str] | None = None) -> int:
     size = (max(ns + [2]) if "contended" in only else 2) if only & {"contended", "wake"} else 0
     if size:
         pool = Pool(size)
-    trees: list[TreePool] = []
+    trees: list[T.TreePool] = []
     if baseline is not None:
         # Spawned (not forked): each imports django_redislock from its own tree.
-        for key, tree in (("ours@current", ROOT), ("ours@baseline", baseline)):
-            log(f"starting the {key} process ({tree}, {size} workers) ...")
-            tp = TreePool(tree, url, size)
-            trees.append(tp)
-            REMOTE[key] = (tp, "ours")
+        trees, results["baseline"] = T.start_trees(ROOT, baseline, tree_main, (url, size), log)
+        for key, (tp, _inner) in T.REMOTE.items():
             label = f"{key} {tp.info.get('commit', '?')} auto_renew=True"
             LIBS[key] = Lib(key, label, _remote_only)
-        results["baseline"] = {
-            "current": trees[0].info,
-            "baseline": trees[1].info,
-            "note": "both run 'ours' (auto_renew=True) in a spawned process per tree that "
-            "forks its workers; compare them with each other, not with the in-process rows",
-        }
     started = time.monotonic()
     try:
         if "uncontended" in only:
