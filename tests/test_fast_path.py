@@ -100,3 +100,30 @@ def test_a_release_hands_on_to_a_waiter_that_queued_during_the_hold(
     info = locks.get(name)
     assert info is not None and info.owner != holder.owner  # handed, not freed
     assert time.monotonic() - started < 5
+
+
+#: A release that hands the lock to a queued waiter: EVALSHA; HMGET of the lock hash
+#: and EXISTS of the queue (the fast path's look); the queue's head and its entry
+#: (LINDEX, HGET), TIME, LPOP and HDEL of the entry; the history event (HMGET of the
+#: holder, HINCRBY of the ring's counter); the grant (HGET of the last token, one HSET
+#: of the fence hash with the token, the event and the release's nonce, HSET of the
+#: lock hash, PEXPIRE of the claim window); PUBLISH of the grant.
+HANDOFF_RELEASE_COMMANDS = 15
+
+
+@pytest.mark.slow
+def test_a_release_that_hands_the_lock_over_runs_fifteen_commands(
+    name: str, redis_client: redis.Redis, request: pytest.FixtureRequest
+) -> None:
+    with locks.lock(name, ttl=10, auto_renew=False):  # the scripts are loaded from here on
+        pass
+    holder = locks.lock(name, ttl=10, auto_renew=False)
+    assert holder.acquire(blocking=False)
+    request.getfixturevalue("stopped_waiter")  # queued, and stopped: it runs nothing now
+    redis_client.config_resetstat()
+    holder.release()
+    counted = _commands(redis_client)
+    assert sum(counted.values()) == HANDOFF_RELEASE_COMMANDS, counted
+    assert (counted["evalsha"], counted["publish"], counted["pexpire"]) == (1, 1, 1)
+    (event,) = locks.history(name)
+    assert (event.event, event.holder) == ("handoff", holder.owner)

@@ -64,7 +64,10 @@ _GRANT_FUNCTION = (
 -- *last*: the fence hash's 'fence' when the caller read it already (false: none).
 -- *queued*: waiters may be queued behind this grant, so the new holder's release
 -- must look at the queue ('q', see mark_queued); a reused hash keeps its 'q'.
-local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued)
+-- *lease*: the lease to set instead of the ttl (a hand-off's claim window).
+-- *extra*: more fence hash fields and values to write with the token (the history
+-- event and the release nonce of a hand-off), in the same HSET.
+local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued, lease, extra)
   if last == nil then last = redis.call('HGET', F, 'fence') end
   local fence = (tonumber(last) or 0) + 1
   local t = now_us()
@@ -73,16 +76,24 @@ local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued
   local since_ms = num(math.floor(t / 1000))
   -- 'cur' (who holds it since when, and its metadata) lets a later script tell
   -- that a waited-on holder's lease ran out, and name it; a release clears it.
-  if redis.call('HSET', F, 'fence', fence, 'cur', owner .. '|' .. since_ms .. '|' .. meta) == 2 then
-    redis.call('PEXPIRE', F, retention)
+  -- Every field new: the hash is new, and gets its expiry.
+  local cur, added, fields = owner .. '|' .. since_ms .. '|' .. meta
+  if extra then
+    added = redis.call('HSET', F, 'fence', fence, 'cur', cur, unpack(extra))
+    fields = 2 + #extra / 2
+  else
+    added, fields = redis.call('HSET', F, 'fence', fence, 'cur', cur), 2
   end
+  if added == fields then redis.call('PEXPIRE', F, retention) end
   -- The last pair clears a reused hash's partial-release nonce (harmless on a new
   -- hash), or marks a new one as queued behind.
   local k, v = 'rel', ''
   if queued and not overwrite then k, v = 'q', '1' end
   redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
              'ttl', ttl, 'op', nonce, 'meta', meta, k, v)
-  if tonumber(ttl) > 0 then
+  if lease then
+    redis.call('PEXPIRE', L, lease)
+  elseif tonumber(ttl) > 0 then
     redis.call('PEXPIRE', L, ttl)
   elseif overwrite then
     redis.call('PERSIST', L)
@@ -174,13 +185,20 @@ _HISTORY = r"""
 -- someone waited through, a waiter giving up, an operator's release): the last
 -- HISTORY_MAX events in the fence hash, a ring of fields h0, h1, ... with 'hn' the
 -- number of the newest (read by HISTORY and engine/history.py). A hand-off writes
--- one, so an event is one small write: nothing older is read or rewritten.
--- Every path writes something that frees memory first, so a full Redis does not
--- refuse it.
-local function record(entry)
+-- one, so an event is one small write: nothing older is read or rewritten; with
+-- *later* (a list of fields and values), the write is left to the caller, which
+-- makes it with its own. Every path writes something that frees memory first, so
+-- a full Redis does not refuse it.
+local function record(entry, later)
   entry.t = now_ms()
   local n = redis.call('HINCRBY', F, 'hn', 1)
-  redis.call('HSET', F, 'h' .. (n % HISTORY_MAX), cjson.encode(entry))
+  local field, text = 'h' .. (n % HISTORY_MAX), cjson.encode(entry)
+  if later then
+    later[#later + 1] = field
+    later[#later + 1] = text
+  else
+    redis.call('HSET', F, field, text)
+  end
 end
 
 -- A waiter's entry as a history entry's "waited" part (its metadata is the
@@ -207,8 +225,8 @@ end
 
 -- The lock was found free by a script serving waiter *w* (entry *e*): if a holder
 -- is still on record ('cur': owner|since|meta, or owner|since as older clients
--- wrote it), its lease ran out while *w* waited.
-local function expired(w, e)
+-- wrote it), its lease ran out while *w* waited (*later*: see record).
+local function expired(w, e, later)
   local cur = redis.call('HGET', F, 'cur')
   if cur and cur ~= '' then
     local c = split(cur, 1)
@@ -216,7 +234,7 @@ local function expired(w, e)
     local bar = string.find(since, '|', 1, true)
     if bar then since, meta = string.sub(since, 1, bar - 1), string.sub(since, bar + 1) end
     local held = now_ms() - (tonumber(since) or now_ms())
-    record(waited_by({e = 'expired', o = c[1], h = held, m = meta}, w, e))
+    record(waited_by({e = 'expired', o = c[1], h = held, m = meta}, w, e), later)
   end
 end
 """
@@ -232,24 +250,27 @@ _QUEUE = (
     + _ENQUEUE
     + r"""
 -- Grant the lock to the first live waiter and wake it; false if there is none.
--- With *overwrite* a release hands it over (its holder is still in the hash);
--- without, the lock was free: if a holder is on record, its lease ran out.
-local function handoff(retention, overwrite)
+-- With *overwrite* a release hands it over (its holder is still in the hash), and
+-- *rel* is its nonce; without, the lock was free: if a holder is on record, its
+-- lease ran out. The history event and *rel* are written with the new token.
+local function handoff(retention, overwrite, rel)
   local w, e = live_head()
   if not w then return false end
   redis.call('LPOP', Q)
   redis.call('HDEL', E, w)
+  local extra = {}
+  if rel then extra[1], extra[2] = 'rel', rel end
   if overwrite then
-    record(waited_by(held_by({e = 'handoff'}), w, e))
+    record(waited_by(held_by({e = 'handoff'}), w, e), extra)
   else
-    expired(w, e)
+    expired(w, e, extra)
   end
   local p = entry_fields(e)
-  local fence = grant(w, p[4], p[2], p[5], retention, overwrite, nil, true)
   -- Leased only for the claim window until the waiter confirms (its watchdog's
   -- first renewal, or CLAIM): a waiter that died meanwhile costs that, not a lease.
-  local ttl = tonumber(p[2])
-  if ttl == 0 or ttl > CLAIM_MS then redis.call('PEXPIRE', L, CLAIM_MS) end
+  local ttl, lease = tonumber(p[2]), nil
+  if ttl == 0 or ttl > CLAIM_MS then lease = CLAIM_MS end
+  local fence = grant(w, p[4], p[2], p[5], retention, overwrite, nil, true, lease, extra)
   redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
   return true
 end
@@ -371,15 +392,16 @@ local channel, life = ARGV[7], """
 if not h[1] then
   local head, e = live_head()
   if not head or head == owner then
+    local extra = {}
     if head then
       redis.call('LPOP', Q)
       redis.call('HDEL', E, owner)
-      expired(owner, e)
+      expired(owner, e, extra)
     end
     -- Waiters left behind the caller keep both flags; with none, both are clear.
     local queued = head and redis.call('EXISTS', Q) == 1
     if not queued then redis.call('HDEL', F, 'q') end
-    return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1], queued))
+    return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1], queued, nil, extra))
   end
   handoff(retention)
 end
@@ -423,7 +445,8 @@ RELEASE = (
     _KEYS
     + _RELEASE_HEAD
     + r"""
--- Nobody was queued while this hold lasted ('q' unset: see mark_queued).
+-- Nobody was queued while this hold lasted ('q' unset: see mark_queued), or
+-- nobody is any more (the last waiter of a burst was handed the lock).
 if not h[4] or redis.call('EXISTS', Q) == 0 then
   redis.call('DEL', L)
   if redis.call('HSET', F, 'rel', nonce, 'cur', '') == 2 then
@@ -438,19 +461,19 @@ end
     + r"""
 if ARGV[5] == 'poke' then
   redis.call('DEL', L)
-  redis.call('HSET', F, 'cur', '')
   local w, e = live_head()
   if w then
     local p = entry_fields(e)
     redis.call('PUBLISH', p[3], p[4])
   end
-elseif not handoff(retention, true) then
+elseif handoff(retention, true, nonce) then
+  return 0
+else
   -- Nobody live was queued (live_head emptied the queue): both flags go.
   redis.call('DEL', L)
-  redis.call('HSET', F, 'cur', '')
   redis.call('HDEL', F, 'q')
 end
-if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
+if redis.call('HSET', F, 'rel', nonce, 'cur', '') == 2 then redis.call('PEXPIRE', F, retention) end
 return 0
 """
 )
