@@ -318,6 +318,8 @@ async def _uncontended(
         if k in T.REMOTE:
             tree, inner = T.REMOTE[k]
             return tree.uncontended(inner, names[k], count, untimed)
+        if untimed:  # as the tree processes do: every batch starts warm, wherever it runs
+            await uncontended_ops(ctx, k, names[k], untimed)
         return await uncontended_ops(ctx, k, names[k], count)
 
     live = []

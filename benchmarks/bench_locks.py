@@ -360,11 +360,13 @@ def uncontended_ops(lib_key: str, name: str, count: int) -> list[tuple[float, fl
 
 
 def _ops(k: str, name: str, count: int, untimed: int = 1) -> list[tuple[float, float]]:
-    """uncontended_ops here, or in k's tree process (timed there, the same way, after
-    *untimed* operations there)."""
+    """uncontended_ops here, or in k's tree process (timed there, the same way), after
+    *untimed* operations in the same place."""
     if k in REMOTE:
         tree, inner = REMOTE[k]
         return tree.uncontended(inner, name, count, untimed)
+    if untimed:  # as the tree processes do: every batch starts warm, wherever it runs
+        uncontended_ops(k, name, untimed)
     return uncontended_ops(k, name, count)
 
 
@@ -1272,6 +1274,14 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default=None, help="JSON output path (default benchmarks/results/<stamp>.json)"
     )
     ap.add_argument("--no-json", action="store_true")
+    ap.add_argument(
+        "--own-process",
+        default="",
+        metavar="LIBS",
+        help="uncontended: also run each of these libraries (comma-separated) alone in a "
+        "spawned process of its own, as <lib>@own: warm caches, as ours@current and "
+        "ours@baseline have (the in-process rows interleave every library in one process)",
+    )
     T.add_argument(ap)
     args = ap.parse_args(argv)
     if args.quick:
@@ -1313,6 +1323,14 @@ def main(argv: list[str] | None = None) -> int:
         for key, (tp, _inner) in T.REMOTE.items():
             label = f"{key} {tp.info.get('commit', '?')} auto_renew=True"
             LIBS[key] = Lib(key, label, _remote_only)
+    for key in (k for k in args.own_process.split(",") if k):
+        if key not in LIBS:
+            ap.error(f"--own-process: unknown library {key!r}")
+        log(f"starting the {key}@own process ...")
+        trees.append(T.TreePool(ROOT, tree_main, url, 0))
+        T.REMOTE[f"{key}@own"] = (trees[-1], key)
+        LIBS[f"{key}@own"] = Lib(f"{key}@own", f"{LIBS[key].label}, own process", _remote_only)
+        lib_lists["uncontended"].append(f"{key}@own")
     started = time.monotonic()
     try:
         if "uncontended" in only:
