@@ -40,6 +40,8 @@ LOCKS_FINAL = "locks-2026-11-22-final.json"  # uncontended, wake, contended (fai
 LOCKS_FAIRNESS = "locks-2026-11-23-issue9.json"  # contended with fair=False
 PRIMITIVES = "primitives-2026-11-23-issue9.json"  # semaphore, read-write lock
 CELERY = "celery-2026-11-23-issue12.json"  # per-task overhead with floor and lock_only
+HOTPATH_SYNC = "locks-hotpath-step2-2026-11-27.json"  # bench_locks --baseline (issue 23)
+HOTPATH_ASYNC = "async-hotpath-step2-2026-11-27.json"  # bench_async --baseline (issue 23)
 
 OURS_COLOR = "#c0392b"
 PEER_COLOR = "#7f8c8d"
@@ -231,6 +233,60 @@ def latency(key: str, name: str = LOCKS_FINAL) -> Figure:
     return fig
 
 
+def _time_per_op(row: dict[str, Any], field: str) -> float:
+    """A row's *field* as time per operation: critical sections per second inverted."""
+    return 1.0 / row[field] if field == "cs_per_s" else float(row[field])
+
+
+#: What a before/after chart shows of each experiment (section, row suffix -> row
+#: label): (field, what), all as time per operation, so lower is better everywhere.
+BEFORE_AFTER = {
+    "uncontended": [("p50_us", "uncontended p50"), ("client_cpu_p50_us", "uncontended client CPU")],
+    "contended": [("handoff_p50_ms", "hand-off p50"), ("cs_per_s", "time per critical section")],
+    "handoff": [("handoff_p50_ms", "hand-off p50"), ("cs_per_s", "time per critical section")],
+    "wake": [("p50_ms", "wake p50")],
+}
+
+
+def before_after(name: str, title: str) -> Figure:
+    """``ours@current`` ÷ ``ours@baseline`` of a ``--baseline`` run, measure by measure."""
+    data = load(name)
+    labels: list[str] = []
+    ratios: list[float] = []
+    for key, measures in BEFORE_AFTER.items():
+        if key not in data:
+            continue
+        rows = section(data, name, key, "rows")
+        for row_key, current in rows.items():
+            if not row_key.startswith("ours@current"):
+                continue
+            suffix = row_key.removeprefix("ours@current")
+            baseline = section(data, name, key, "rows", f"ours@baseline{suffix}")
+            where = suffix.strip("@:").replace(":", " ").replace("N", "N=")
+            if where and where.isdigit():
+                where = f"N={where}"
+            for field, what in measures:
+                labels.append(f"{what} {where}".strip())
+                ratios.append(_time_per_op(current, field) / _time_per_op(baseline, field))
+    if not ratios:
+        raise ResultError(f"{name}: no ours@current / ours@baseline rows (not a --baseline run)")
+    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.3 * len(labels)))
+    colors = [OURS_COLOR if r < 1 else PEER_COLOR for r in ratios]
+    hbars(ax, labels, ratios, colors, "{:.2f}")
+    ax.axvline(1.0, color="black", linewidth=0.8, zorder=3)
+    ax.set_xlabel("after ÷ before, time per operation (below 1: faster)")
+    ax.set_title(title, fontsize=11, loc="left")
+    commits = data.get("baseline", {})
+    note = (
+        f"before: {commits.get('baseline', {}).get('commit', '?')}, after: "
+        f"{commits.get('current', {}).get('commit', '?')}, each in a spawned process of its "
+        "own, interleaved in one run; critical sections per second shown inverted."
+    )
+    footer(fig, name, data, note)
+    fig.tight_layout()
+    return fig
+
+
 def contended(name: str) -> Figure:
     """Critical sections per second and fairness (fewest/most) against N processes."""
     data = load(name)
@@ -408,6 +464,8 @@ CHARTS: dict[str, Callable[[], Figure]] = {
     "celery-overhead.svg": celery,
     "semaphore.svg": semaphore,
     "rwlock.svg": rwlock,
+    "hotpath-sync.svg": lambda: before_after(HOTPATH_SYNC, "Hot path, second step: sync"),
+    "hotpath-async.svg": lambda: before_after(HOTPATH_ASYNC, "Hot path, second step: asyncio"),
 }
 
 

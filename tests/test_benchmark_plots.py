@@ -49,6 +49,8 @@ def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: 
         "celery-overhead.svg": (plot.CELERY, "µs"),
         "semaphore.svg": (plot.PRIMITIVES, "permits granted per second"),
         "rwlock.svg": (plot.PRIMITIVES, "grants per second"),
+        "hotpath-sync.svg": (plot.HOTPATH_SYNC, "after ÷ before"),
+        "hotpath-async.svg": (plot.HOTPATH_ASYNC, "after ÷ before"),
     }
     assert set(plot.CHARTS) == set(sources)
     for filename, (result, unit) in sources.items():
