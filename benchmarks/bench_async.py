@@ -318,9 +318,7 @@ async def _uncontended(
         if k in T.REMOTE:
             tree, inner = T.REMOTE[k]
             return tree.uncontended(inner, names[k], count, untimed)
-        if untimed:  # as the tree processes do: every batch starts warm, wherever it runs
-            await uncontended_ops(ctx, k, names[k], untimed)
-        return await uncontended_ops(ctx, k, names[k], count)
+        return await warm_ops(ctx, k, names[k], count, untimed)  # as in the tree processes
 
     live = []
     for k in libs:  # warm-up: scripts, connections, imports; drop a library that fails
@@ -624,12 +622,17 @@ def _tree_uncontended(
         _TREE_LOOP.append((loop, Ctx()))
     loop, ctx = _TREE_LOOP[0]
 
-    async def batch() -> list[tuple[float, float]]:
-        if untimed:
-            await uncontended_ops(ctx, lib_key, name, untimed)
-        return await uncontended_ops(ctx, lib_key, name, count)
+    return loop.run_until_complete(warm_ops(ctx, lib_key, name, count, untimed))
 
-    return loop.run_until_complete(batch())
+
+async def warm_ops(
+    ctx: Ctx, lib_key: str, name: str, count: int, untimed: int
+) -> list[tuple[float, float]]:
+    """A batch of uncontended_ops after *untimed* untimed ones, so that every batch starts
+    warm wherever it runs (the main process, a tree process)."""
+    if untimed:
+        await uncontended_ops(ctx, lib_key, name, untimed)
+    return await uncontended_ops(ctx, lib_key, name, count)
 
 
 def tree_main(conn: Any, url: str, size: int) -> None:

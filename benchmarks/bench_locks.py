@@ -365,9 +365,7 @@ def _ops(k: str, name: str, count: int, untimed: int = 1) -> list[tuple[float, f
     if k in REMOTE:
         tree, inner = REMOTE[k]
         return tree.uncontended(inner, name, count, untimed)
-    if untimed:  # as the tree processes do: every batch starts warm, wherever it runs
-        uncontended_ops(k, name, untimed)
-    return uncontended_ops(k, name, count)
+    return warm_ops(k, name, count, untimed)  # as in the tree processes
 
 
 def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> dict[str, Any]:
@@ -615,10 +613,9 @@ class Pool:
                 p.terminate()
 
 
-def _tree_uncontended(
-    lib_key: str, name: str, count: int, untimed: int
-) -> list[tuple[float, float]]:
-    """A tree process's uncontended batch (see tree_pool.TreePool.uncontended)."""
+def warm_ops(lib_key: str, name: str, count: int, untimed: int) -> list[tuple[float, float]]:
+    """A batch of uncontended_ops after *untimed* untimed ones, so that every batch starts
+    warm wherever it runs (the main process, a tree process: tree_pool.TreePool)."""
     if untimed:
         uncontended_ops(lib_key, name, untimed)
     return uncontended_ops(lib_key, name, count)
@@ -629,7 +626,7 @@ def tree_main(conn: Any, url: str, size: int) -> None:
     its own fork Pool of *size* workers, uncontended operations run here."""
     configure(url)
     pool = Pool(size) if size else None  # forked before any connection or thread
-    T.serve(conn, pool, {"uncontended": _tree_uncontended})
+    T.serve(conn, pool, {"uncontended": warm_ops})
 
 
 def _remote_only(name: str) -> Any:
