@@ -1008,11 +1008,7 @@ _CONTENDED_COMPARED = (
     ("round_trips_per_cs", "round trips/CS", 1),
     ("client_cpu_ms_per_cs", "client CPU ms/CS", 3),
 )
-_WAKE_COMPARED = (
-    ("p50_ms", "p50 ms", 3),
-    ("p90_ms", "p90 ms", 3),
-    ("from_release_return_p50_ms", "p50 from release reply ms", 3),
-)
+_WAKE_COMPARED = T.WAKE_COMPARED
 
 
 def before_after(results: dict[str, Any]) -> list[str]:

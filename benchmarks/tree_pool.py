@@ -278,6 +278,14 @@ def before_after_head(trees: dict[str, Any]) -> list[str]:
     ]
 
 
+#: The wake figures both benchmarks put in their before/after table: (field, what, digits).
+WAKE_COMPARED = (
+    ("p50_ms", "p50 ms", 3),
+    ("p90_ms", "p90 ms", 3),
+    ("from_release_return_p50_ms", "p50 from release reply ms", 3),
+)
+
+
 def uncontended_rows(u: dict[str, dict[str, Any]]) -> list[list[str]]:
     """Before/after rows of the uncontended experiment (its ``rows``), if both ran."""
     if CURRENT not in u or BASELINE not in u:
