@@ -11,6 +11,9 @@ lock is ever contended):
 * ``lock_only``: a plain task whose body is ``with locks.lock("bench-lock:{n}")``:
   our lock without the task integration around it;
 * ``decorated``: ``@single_instance("bench:{n}")`` under ``@app.task``;
+* ``decorated_late``: the same on an ``acks_late=True`` task, whose execution also
+  looks for and writes its completion record (a broker's copy of a completed task
+  is dropped: docs/celery.md);
 * ``based``: ``base=SingleInstanceTask`` (run-time lock only);
 * ``based_unique``: ``SingleInstanceTask`` with ``unique_on_enqueue=True``
   (a lock taken in ``apply_async``, re-entered and released by the worker);
@@ -86,7 +89,15 @@ from call_timing import cpu_model  # noqa: E402
 
 from tests import celery_app as ca  # noqa: E402  (starts redis-server, sets up Django)
 
-BASE_VARIANTS = ["plain", "floor", "lock_only", "decorated", "based", "based_unique"]
+BASE_VARIANTS = [
+    "plain",
+    "floor",
+    "lock_only",
+    "decorated",
+    "decorated_late",
+    "based",
+    "based_unique",
+]
 LINE = re.compile(r"Task tests\.celery_app\.(\w+)\[[^\]]+\] succeeded in ([0-9.eE-]+)s")
 
 

@@ -220,6 +220,14 @@ def decorated(n: int) -> int:
     return n
 
 
+@app.task(acks_late=True)
+@single_instance("bench-late:{n}")
+def decorated_late(n: int) -> int:
+    """@single_instance on an ``acks_late`` task (benchmark): its lock also reads and
+    writes the execution's completion record."""
+    return n
+
+
 @app.task(base=SingleInstanceTask, lock_key="bench-base:{n}")
 def based(n: int) -> int:
     """SingleInstanceTask around a trivial body (benchmark)."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 
 import celery
@@ -178,6 +180,61 @@ def test_a_copy_of_a_completed_task_is_dropped(worker: ca.Worker, name: str) -> 
     assert ca.probe.llen(f"events:{name}") == 0, "the completed task ran again"
     assert copy.get(timeout=5) == "done"
     assert locks.get(f"late:{name}") is None
+
+
+class _Monitor:
+    """The commands the lock's Redis runs meanwhile (``MONITOR``), each with whether a
+    script ran it ("lua") or a client sent it; it stops at an ``ECHO`` of its own."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self._end = f"monitor-end-{uuid.uuid4().hex}"
+        # (kept: a collected client closes its pool, and the monitor's connection)
+        self._client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=30)
+        self._monitor = self._client.monitor()
+        self._monitor.__enter__()  # MONITOR is on once this returns
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            got = self._monitor.next_command()
+            if self._end in got["command"]:
+                return
+            self.seen.append((got["client_type"], got["command"]))
+
+    def close(self) -> list[tuple[str, str]]:
+        ca.probe.echo(self._end)
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "MONITOR did not show the end marker"
+        self._monitor.__exit__()
+        return self.seen
+
+
+def test_an_acks_late_execution_reads_and_writes_its_record_in_its_lock_s_scripts(
+    worker: ca.Worker, name: str
+) -> None:
+    """No round trip of its own: the record is read by the acquire script and written by
+    the release script (MONITOR shows them run by "lua"), and no client sends a command
+    naming it."""
+    lock_name = f"late:{name}"
+    monitor = _Monitor()
+    try:
+        first = ca.late_long_lease.apply_async((name,), queue=QUEUE)
+        assert _start_pid(name, first.id)
+        ca.probe.rpush(f"gate:{name}", "go")
+        assert first.get(timeout=20) == "done"
+        assert _events(name, 5)[:2] == ["end", first.id]
+    finally:
+        seen = monitor.close()
+    record = locks.backend().keyspace.keys(lock_name).completion(first.id)
+    sent = [command.split()[0] for source, command in seen if record in command and source != "lua"]
+    inside = [
+        command.split()[0] for source, command in seen if record in command and source == "lua"
+    ]
+    assert set(sent) == {"EVALSHA"}, sent  # as a script's key only: no command of its own
+    assert inside == ["EXISTS", "SET"], inside  # read by the acquire, written by the release
+    assert ca.probe.pttl(record) > 0
 
 
 def test_a_copy_of_a_live_execution_is_deferred_not_consumed(worker: ca.Worker, name: str) -> None:

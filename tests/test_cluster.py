@@ -112,6 +112,27 @@ def test_acquire_reenter_inspect_release_on_every_primary(
             assert again.fencing_token is not None and again.fencing_token > token
 
 
+def test_a_run_s_completion_record_is_kept_with_its_lock_on_every_primary(
+    manager: LockManager, prefix: str
+) -> None:
+    """The Celery acks_late record (``Lock._with_completion``): a fifth key in the lock's
+    slot, read by the acquire and written by the release on the slot's node."""
+    from django_redislock.engine.calls import RunCompleted
+
+    for name in names_on_each_primary(manager, prefix):
+        run = manager.lock(name, owner="t-1:a", ttl=10, auto_renew=False)
+        run._with_completion("t-1", 60)
+        assert run.acquire(blocking=False)
+        assert run._release_completed() == 0
+        record = manager.backend().keyspace.keys(name).completion("t-1")
+        assert manager.backend().client.pttl(record) > 0
+        copy = manager.lock(name, owner="t-1:b", ttl=10, auto_renew=False)
+        copy._with_completion("t-1", 60)
+        with pytest.raises(RunCompleted):
+            copy.acquire(blocking=False)
+        assert manager.get(name) is None
+
+
 def test_hand_off_between_threads_on_every_primary(manager: LockManager, prefix: str) -> None:
     for name in names_on_each_primary(manager, prefix):
         holder = manager.lock(name)

@@ -28,13 +28,18 @@ So a copy that finds its lock held by another execution of its task id:
   (deferred again, once per lease).
 
 An ``acks_late`` execution that ends, returning or raising (not a retry or a
-requeue), first writes a **completion record** under its task id
-(:data:`COMPLETION_TTL` seconds), then releases its lock; every ``acks_late``
-execution looks for the record once it holds its lock, so a copy that takes
+requeue), writes a **completion record** under its lock's name and task id
+(:data:`COMPLETION_TTL` seconds) as it releases its lock; every ``acks_late``
+execution looks for the record as it takes its lock, so a copy that takes
 the lock after the execution released it sees that it completed, and is
-dropped (Ignore) instead of running the work twice. Tasks without
-``acks_late`` are acknowledged when they start and are not redelivered after
-that: they pay for none of this.
+dropped (Ignore) instead of running the work twice. On one Redis or a Cluster
+the record is kept under the lock's hash tag and read and written by the lock's
+own acquire and release scripts (:func:`record_with_lock`), atomically with the
+grant and the release, at no round trip of its own; a coalescing run that hands
+its lock on, an acquire that waited (its grant is a hand-off, made by another
+script) and Redlock use :func:`record_completion` and :func:`completed`. Tasks
+without ``acks_late`` are acknowledged when they start and are not redelivered
+after that: they pay for none of this.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from ..engine.info import HolderInfo, LockInfo
 from ..exceptions import LockBackendError
 
 if TYPE_CHECKING:
+    from ..primitives.lock import Lock
     from ..primitives.manager import LockManager
 
 logger = logging.getLogger("django_redislock.celery")
@@ -106,14 +112,25 @@ def take_over(manager: LockManager, name: str, holder: HolderInfo) -> bool:
     return released
 
 
-def _completion_key(manager: LockManager, task_id: str) -> str:
-    return f"{manager.backend().keyspace.prefix}:task-done:{task_id}"
+def _completion_key(manager: LockManager, name: str, task_id: str) -> str:
+    return manager.backend().keyspace.keys(name).completion(task_id)
 
 
-def record_completion(manager: LockManager, task_id: str) -> None:
+def record_with_lock(manager: LockManager, lock: Lock, task_id: str) -> bool:
+    """Let *lock*'s own calls read and write *task_id*'s completion record (its acquire
+    refuses a completed run, its completing release writes the record): True where the
+    record is kept with the lock (one Redis, a Cluster); False on Redlock, where
+    :func:`completed` and :func:`record_completion` make round trips of their own."""
+    if manager.backend().features.quorum:
+        return False
+    lock._with_completion(task_id, COMPLETION_TTL)
+    return True
+
+
+def record_completion(manager: LockManager, name: str, task_id: str) -> None:
     """Write *task_id*'s completion record (logged, never raised, when Redis fails)."""
     try:
-        manager.client.set(_completion_key(manager, task_id), b"1", ex=COMPLETION_TTL)
+        manager.client.set(_completion_key(manager, name, task_id), b"1", ex=COMPLETION_TTL)
     except Exception:
         logger.error(
             "redislock: could not record that task %s completed; a redelivered copy "
@@ -123,10 +140,10 @@ def record_completion(manager: LockManager, task_id: str) -> None:
         )
 
 
-def completed(manager: LockManager, task_id: str) -> bool:
+def completed(manager: LockManager, name: str, task_id: str) -> bool:
     """Whether an execution of *task_id* completed (its record is still kept)."""
     try:
-        return bool(manager.client.exists(_completion_key(manager, task_id)))
+        return bool(manager.client.exists(_completion_key(manager, name, task_id)))
     except Exception as exc:
         raise LockBackendError(
             f"could not read the completion record of task {task_id}: {exc}"

@@ -41,6 +41,7 @@ from celery.local import Proxy
 from celery.utils import uuid
 
 from ..conf import setting
+from ..engine.calls import RunCompleted
 from ..engine.guarding import guard_owner, guarding
 from ..engine.identity import new_nonce
 from ..exceptions import DuplicateTaskError, LockError
@@ -78,6 +79,7 @@ from .redelivery import (
     drop,
     execution_of,
     record_completion,
+    record_with_lock,
     take_over,
 )
 from .shaping import ADMITTED, resend, settle_start
@@ -199,24 +201,32 @@ def run_guarded(
         and not task.request.is_eager
     )
     seen: Any = UNREAD  # the holder, when a refused acquire read it already
-    if copy:
-        acquired, seen = _acquire_execution(task, config, lock, name, on_locked)
-    else:
-        acquired = config.acquire(lock, wait=on_locked == "wait")
-    if not acquired:
-        if config.debounce and task_id is not None and not task.request.is_eager:
-            if seen is UNREAD:
-                seen = config.lock_manager().get(name)
-            resend(task, lease_left(seen) or 1)  # the due run
-        if not config.coalesce:
-            return _task_locked(task, config, on_locked, name, call_args, kwargs, seen)
-        outcome = pend(task, config, lock, name, call_args, kwargs)  # the pending run
-        if outcome is not ACQUIRED:
-            return outcome
     late = copy and bool(task.acks_late)
-    if late:
+    # Where the lock keeps the completion record, its acquire reads it and its last
+    # release writes it; *checked*: this grant was the lock's own answer to that read.
+    with_lock = late and record_with_lock(config.lock_manager(), lock, task_id)
+    checked = False
+    try:  # with the record kept by the lock, an acquire of a completed run raises
+        if copy:
+            acquired, seen, at_once = _acquire_execution(task, config, lock, name, on_locked)
+            checked = with_lock and at_once
+        else:
+            acquired = config.acquire(lock, wait=on_locked == "wait")
+        if not acquired:
+            if config.debounce and task_id is not None and not task.request.is_eager:
+                if seen is UNREAD:
+                    seen = config.lock_manager().get(name)
+                resend(task, lease_left(seen) or 1)  # the due run
+            if not config.coalesce:
+                return _task_locked(task, config, on_locked, name, call_args, kwargs, seen)
+            outcome = pend(task, config, lock, name, call_args, kwargs)  # the pending run
+            if outcome is not ACQUIRED:
+                return outcome
+    except RunCompleted:
+        drop(task, name)  # holding nothing
+    if late and not checked:
         try:
-            done = completed(config.lock_manager(), task_id)
+            done = completed(config.lock_manager(), name, task_id)
         except BaseException:
             release_task_hold(lock)
             raise
@@ -246,9 +256,7 @@ def run_guarded(
         # Celery's autoretry_for wrapper, outside this body, turns some into a Retry.
         delay = autoretry_delay(task, exc)
         if delay is None:
-            if late:
-                record_completion(config.lock_manager(), task_id)
-            _release_at_end(lock, task, outermost, config)
+            _release_at_end(lock, task, outermost, config, late, with_lock)
         elif config.lock_on_retry == "keep" and config.limit is None:
             _keep_for_retry(lock, delay, task.request.id)
         else:
@@ -259,18 +267,17 @@ def run_guarded(
         raise
     finally:
         _leave(run_key)
-    if late:
-        record_completion(config.lock_manager(), task_id)
-    _release_at_end(lock, task, outermost, config)
+    _release_at_end(lock, task, outermost, config, late, with_lock)
     return result
 
 
 def _acquire_execution(
     task: Task, config: GuardConfig, lock: Lock, name: str, on_locked: Any
-) -> tuple[bool, Any]:
+) -> tuple[bool, Any, bool]:
     """Take *lock* for a new execution of *task*'s id, settling a broker's copy:
-    ``(acquired, holder)``, *holder* the lock's snapshot as read to refuse it (or
-    :data:`~django_redislock.primitives.refusals.UNREAD`).
+    ``(acquired, holder, at_once)``, *holder* the lock's snapshot as read to refuse it
+    (or :data:`~django_redislock.primitives.refusals.UNREAD`), *at_once*: granted by the
+    lock's own acquire script, not handed over after a wait.
 
     When another execution of the same task id holds the lock, this one is a
     copy of it (see :mod:`django_redislock.celery.redelivery`): it takes the hold
@@ -282,29 +289,37 @@ def _acquire_execution(
     copy_of = None
     for _ in range(TAKEOVER_TRIES):
         if lock.acquire(blocking=False):
-            return True, UNREAD
+            return True, UNREAD, True
         info = manager.get(name)
         holder = execution_of(info, task_id)
         if holder is None:
             if info is None:
                 continue  # released between our attempt and our look
             if on_locked == "wait" or config.timeout != 0:
-                return config.acquire(lock, wait=on_locked == "wait"), UNREAD
-            return False, info
+                return config.acquire(lock, wait=on_locked == "wait"), UNREAD, False
+            return False, info, False
         if not (dead_here(holder) and take_over(manager, name, holder)):
             defer(task, name, holder, lease_left(info) or 1)
         copy_of = (holder, info)
     if copy_of is not None:  # other copies won each race for the freed hold
         defer(task, name, copy_of[0], lease_left(copy_of[1]) or 1)
-    return False, UNREAD
+    return False, UNREAD, False
 
 
-def _release_at_end(lock: Lock, task: Task, outermost: bool, config: GuardConfig) -> None:
+def _release_at_end(
+    lock: Lock, task: Task, outermost: bool, config: GuardConfig, ran: bool = False,
+    with_lock: bool = False,
+) -> None:  # fmt: skip
+    """End the execution's hold; *ran*: an ``acks_late`` execution ran to its end, so its
+    completion record is written first (*with_lock*: by the release itself, where it can)."""
+    in_release = ran and with_lock and outermost and not config.coalesce
+    if ran and not in_release:  # before the lock can pass to a copy
+        record_completion(config.lock_manager(), lock.name, task.request.id)
     if outermost:
         finish(config, lock)  # the cooldown starts before the lock is free
         if config.coalesce and hand_on(task, config, lock, lock.name):
             return  # the lock went to the pending run
-    if release_task_hold(lock, every_hold=outermost) is False:
+    if release_task_hold(lock, every_hold=outermost, complete=in_release) is False:
         logger.warning(
             "redislock: task %s[%s] lost its lock %r before it finished "
             "(lease expired or force-released); another run may have overlapped",

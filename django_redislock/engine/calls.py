@@ -10,7 +10,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ..exceptions import LockError
 from .scripts import Script
+
+
+class RunCompleted(LockError):
+    """An acquire for one run of a piece of work was refused, holding nothing: that run
+    completed already (its completion record exists; see :class:`~.mutex.Mutex`).
+
+    Advanced, raised only to a hold made with a completion record: the Celery
+    integration drops a broker's copy of a completed ``acks_late`` task on it.
+    """
 
 
 class AmbiguousReply(Exception):

@@ -65,6 +65,13 @@ class LockKeys:
         operator's scripts, which serve every primitive)."""
         return (*self.all, self.holders.encode())
 
+    def completion(self, run: str) -> str:
+        """The key of the completion record of *run* (an id of one run of the work this
+        lock guards: a Celery task id), under the lock's hash tag, so one script can
+        read or write it with the lock (see :class:`~.mutex.Mutex`)."""
+        prefix, tag = self.lock.split(":{", 1)  # a prefix has no "{"
+        return f"{prefix}:task-done:{{{tag}:{run}"
+
 
 class KeySpace:
     """Maps lock names to keys (and back) under one key prefix."""

@@ -29,20 +29,31 @@ from .shared import Shared, refusal
 
 class Mutex:
     """A mutex hold: fair (FIFO hand-off) or barging, optionally taking over a
-    parent owner's holds when it acquires."""
+    parent owner's holds when it acquires, and optionally one run of a piece of work
+    with a completion record (*completion*: the run's id; *completion_ms*: how long a
+    record is kept). Such a hold's acquire is refused (:class:`~.calls.RunCompleted`)
+    when the run's record exists, and its completing release writes the record, each
+    in the lock's own script: a redelivered copy of a completed Celery task is told so
+    by the acquire it makes anyway, atomically with the grant."""
 
-    __slots__ = ("barge", "parent", "_acquire_tail")
+    __slots__ = ("barge", "parent", "completion", "completion_ms", "_acquire_tail")
 
     primitive = "mutex"
     #: ``HolderInfo.mode`` of such a hold.
     mode_name = "exclusive"
     limit = 0
 
-    def __init__(self, *, barge: bool = False, parent: str = "") -> None:
+    def __init__(
+        self, *, barge: bool = False, parent: str = "", completion: str = "",
+        completion_ms: int = 0,
+    ) -> None:  # fmt: skip
         #: Take a free lock even when others wait, and free (not hand over) on release.
         self.barge = barge
         #: An owner whose holds an acquire takes over ("": none).
         self.parent = parent
+        #: The run whose completion record the calls read and write ("": none).
+        self.completion = completion
+        self.completion_ms = completion_ms
         tail: tuple[bytes | str, ...] = ()
         if parent:
             tail = (b"1" if barge else b"", parent)
@@ -51,7 +62,10 @@ class Mutex:
         self._acquire_tail = tail
 
     def keys(self, lock_keys: LockKeys) -> tuple[bytes, ...]:
-        """The keys of the acquire, release and cancel calls (the others take the first)."""
+        """The keys of the acquire, release and cancel calls (the others take the first);
+        a fifth, the completion record's, for a run with one."""
+        if self.completion:
+            return (*lock_keys.all, lock_keys.completion(self.completion).encode())
         return lock_keys.all
 
     def known_name(self, name: str) -> str:
@@ -73,11 +87,18 @@ class Mutex:
 
     def release_call(
         self, keys: Sequence[bytes], owner: str, nonce: str, retention: bytes, everything: bool,
-        name: str, action: str = "release the lock",
+        name: str, action: str = "release the lock", *, complete: bool = False,
     ) -> Call:  # fmt: skip
-        """Release one hold of *owner* (every hold, with *everything*)."""
+        """Release one hold of *owner* (every hold, with *everything*); with *complete*,
+        write the run's completion record in the same script (also when the hold was
+        lost: the run did complete)."""
         args: tuple[Any, ...] = (owner, nonce, retention)
-        if self.barge:
+        if complete:
+            if not self.completion:
+                raise LockError(f"lock {name!r}: only a run's hold has a completion record")
+            args += (b"all" if everything else b"", b"poke" if self.barge else b"",
+                     self.completion_ms)  # fmt: skip
+        elif self.barge:
             args += (b"all" if everything else b"", b"poke")
         elif everything:
             args += (b"all",)
@@ -126,9 +147,9 @@ FAIR = Mutex()
 _BARGING = Mutex(barge=True)
 
 
-def mutex_kind(*, barge: bool, parent: str) -> Mutex:
-    """The kind of a mutex hold with these options (the two without a parent are shared:
-    a Lock is made per use, and a kind is immutable)."""
-    if parent:
-        return Mutex(barge=barge, parent=parent)
+def mutex_kind(*, barge: bool, parent: str, completion: str = "", completion_ms: int = 0) -> Mutex:
+    """The kind of a mutex hold with these options (the two without a parent or a
+    completion record are shared: a Lock is made per use, and a kind is immutable)."""
+    if parent or completion:
+        return Mutex(barge=barge, parent=parent, completion=completion, completion_ms=completion_ms)
     return _BARGING if barge else FAIR

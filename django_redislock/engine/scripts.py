@@ -309,9 +309,11 @@ _QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS)).replace("HISTORY_MAX"
 #       has: a re-entry then sets the count to known + 1), barge ('1': take a
 #       free lock even when others wait, fair=False), parent ('' or absent; else
 #       an owner whose holds this owner takes over: see Lock's inherit_from)
+# KEYS[5] (optional): a run's completion record (see Mutex).
 # Returns (see decode_attempt): the fencing token (> 0) for a fresh grant,
 # {fence, count} when the caller already held it, -2 - pttl_ms (<= -1) when held,
-# 'TYPE <primitive>' when the name is a semaphore's or read-write lock's.
+# 'TYPE <primitive>' when the name is a semaphore's or read-write lock's,
+# 'DONE' when the run's completion record exists.
 # A hash with no owner field under our prefix is treated as free.
 # The start of every acquire script (one Redis or a Redlock master): the owner's
 # repeat (same nonce) or re-entry, answered {fence, count}.
@@ -366,8 +368,16 @@ if h[1] and h[1] == ARGV[10] then
 end
 """
 
+# A run's hold (KEYS[5]: its completion record, see Mutex) is refused, holding
+# nothing, once the run completed: the record is read in the same script as the
+# grant, so a copy of a completed run never holds the lock in between.
+_COMPLETED = r"""
+if KEYS[5] and redis.call('EXISTS', KEYS[5]) == 1 then return 'DONE' end
+"""
+
 ACQUIRE = (
     _GRANT
+    + _COMPLETED
     + _REENTER
     + r"""
 local retention, barge = ARGV[6], ARGV[9] == '1'
@@ -413,7 +423,10 @@ return -2 - redis.call('PTTL', L)
 """
 )
 
-# ARGV: owner, nonce, retention_ms[, "all"[, "poke"]]
+# ARGV: owner, nonce, retention_ms[, "all"[, "poke"[, record_ms]]]
+# KEYS[5] (with a run's hold; record_ms: write it): the run's completion record, written by
+# this release (a run that completed), after the path's first write (so a full
+# Redis still takes it), and also when the hold was lost.
 # Returns the remaining hold count (0 = released), or -1 when not owned.
 # The nonce makes a retried release (after a lost reply) count once. With "all",
 # every hold of the owner is released at once. With "poke" (fair=False) a freed
@@ -426,6 +439,10 @@ local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
 local h = redis.call('HMGET', L, 'owner', 'rel', 'count', 'q')
 if h[1] ~= owner then
   if redis.call('HGET', F, 'rel') == nonce then return 0 end
+  -- The run completed though its hold was lost: its record is still written (a
+  -- full Redis refuses it, the one write of this path: then the release says -1 all
+  -- the same).
+  if KEYS[5] and ARGV[6] then pcall(redis.call, 'SET', KEYS[5], '1', 'PX', ARGV[6]) end
   return -1
 end
 if h[2] == nonce then return tonumber(h[3]) end
@@ -437,6 +454,7 @@ if ARGV[4] == 'all' then c = 0 end
 if c > 0 then
   redis.call('HDEL', L, 'rel')
   redis.call('HSET', L, 'count', c, 'rel', nonce)
+  if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
   return c
 end
 """
@@ -453,6 +471,7 @@ if not h[4] or redis.call('EXISTS', Q) == 0 then
     redis.call('PEXPIRE', F, retention)
   end
   if h[4] then redis.call('HDEL', F, 'q') end
+  if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
   return 0
 end
 """
@@ -467,6 +486,7 @@ if ARGV[5] == 'poke' then
     redis.call('PUBLISH', p[3], p[4])
   end
 elseif handoff(retention, true, nonce) then
+  if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
   return 0
 else
   -- Nobody live was queued (live_head emptied the queue): both flags go.
@@ -474,6 +494,7 @@ else
   redis.call('HDEL', F, 'q')
 end
 if redis.call('HSET', F, 'rel', nonce, 'cur', '') == 2 then redis.call('PEXPIRE', F, retention) end
+if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
 return 0
 """
 )

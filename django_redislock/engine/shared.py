@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..exceptions import LimitMismatch, LockError, LockMismatch, LockUpgradeError
-from .calls import Call
+from .calls import Call, RunCompleted
 from .keys import LockKeys
 from .shared_scripts import (
     acquire_shared_script,
@@ -139,7 +139,8 @@ def leases(keys: Sequence[bytes]) -> tuple[bytes, bytes]:
 def refusal(reply: str | bytes, name: str, asked: str, limit: int = 0) -> LockError:
     """The error for an acquire script's refusal *reply*: ``TYPE <primitive>`` (the
     name is in use as another primitive), ``LIMIT <n>`` (a semaphore's limit in use
-    differs) or ``UPGRADE`` (a write asked for while holding a read)."""
+    differs), ``UPGRADE`` (a write asked for while holding a read) or ``DONE`` (the
+    run a mutex hold was asked for completed: see :class:`~.mutex.Mutex`)."""
     text = reply.decode() if isinstance(reply, bytes) else reply
     word, _, value = text.partition(" ")
     if word == "TYPE":
@@ -158,6 +159,8 @@ def refusal(reply: str | bytes, name: str, asked: str, limit: int = 0) -> LockEr
             limit=limit,
             existing=existing,
         )
+    if word == "DONE":
+        return RunCompleted(f"lock {name!r}: the run it was asked for completed already", name=name)
     if word == "UPGRADE":
         return LockUpgradeError(
             f"cannot take the write lock of {name!r} while holding its read lock: "

@@ -188,8 +188,12 @@ def release_holders(
     ]
 
 
-def release_task_hold(lock: Lock, *, every_hold: bool = True) -> bool | None:
-    """Release the caller's hold of *lock*, or with *every_hold* all its owner's holds.
+def release_task_hold(
+    lock: Lock, *, every_hold: bool = True, complete: bool = False
+) -> bool | None:
+    """Release the caller's hold of *lock*, or with *every_hold* all its owner's holds;
+    with *complete*, every hold, writing the run's completion record in the same script
+    (see ``Lock._with_completion``; also when the hold was lost).
 
     ``every_hold`` frees the enqueue-time hold and the worker's re-entry in one
     round trip. Owner-checked: returns False (and changes nothing) when the lock
@@ -201,7 +205,9 @@ def release_task_hold(lock: Lock, *, every_hold: bool = True) -> bool | None:
     (Celery tasks and ``django.tasks`` runs both end through here.)
     """
     try:
-        if every_hold:
+        if complete:
+            lock._release_completed()
+        elif every_hold:
             lock.release_all()
         else:
             lock.release()
@@ -210,9 +216,13 @@ def release_task_hold(lock: Lock, *, every_hold: bool = True) -> bool | None:
     except LockBackendError:
         lock._forget(lock.owner)
         logger.error(
-            "redislock: could not release lock %r (owner %s); it frees when its lease runs out",
+            "redislock: could not release lock %r (owner %s); it frees when its lease runs out%s",
             lock.name,
             lock.owner,
+            "; the run's completion record was not written either: a redelivered copy "
+            "of its message may run it again"
+            if complete
+            else "",
             exc_info=True,
         )
         return None

@@ -515,17 +515,52 @@ class Lock:
         return self._arelease(*self._caller(), True)
 
     def _release_call(
-        self, backend: Backend | AsyncBackend, owner: str, nonce: str, everything: bool
-    ) -> Call:
+        self, backend: Backend | AsyncBackend, owner: str, nonce: str, everything: bool,
+        complete: bool = False,
+    ) -> Call:  # fmt: skip
         keys = self._call_keys(backend)
-        return self._kind.release_call(
-            keys, owner, nonce, backend.retention_arg, everything, self.name
+        kind = self._kind
+        if complete and isinstance(kind, Mutex):
+            return kind.release_call(
+                keys, owner, nonce, backend.retention_arg, everything, self.name, complete=True
+            )
+        return kind.release_call(keys, owner, nonce, backend.retention_arg, everything, self.name)
+
+    def _with_completion(self, run: str, keep: float) -> None:
+        """Make this lock's holds those of one run (*run*: its id, a Celery task id) of
+        the work it guards, with a completion record kept *keep* seconds: an acquire is
+        refused with :class:`~django_redislock.engine.calls.RunCompleted` (holding
+        nothing) once the record exists, and :meth:`_release_completed` writes it, each
+        in the lock's own script (no round trip of its own).
+
+        Advanced, for the Celery integration's ``acks_late`` executions. One Redis or a
+        Cluster only (the record is kept under the lock's hash tag); refused on Redlock.
+        """
+        kind = self._kind
+        if not isinstance(kind, Mutex):
+            raise LockError(f"{self.name!r}: only a mutex's holds can be a run's")
+        if self._source.backend().features.quorum:
+            raise LockError(
+                f"lock {self.name!r}: a run's completion record is kept with the lock on one "
+                "Redis or a Cluster, not on Redlock's masters"
+            )
+        self._kind = mutex_kind(
+            barge=kind.barge,
+            parent=kind.parent,
+            completion=validate_owner(run),
+            completion_ms=to_millis(validate_seconds(keep, "keep"), "keep"),
         )
 
-    def _release(self, owner: str, made_up: bool, everything: bool) -> int:
+    def _release_completed(self) -> int:
+        """Release every hold of the caller's owner, writing the run's completion record
+        (see :meth:`_with_completion`) in the same script, also when the hold was lost.
+        Returns and raises like :meth:`release_all`."""
+        return self._release(*self._caller(), True, complete=True)
+
+    def _release(self, owner: str, made_up: bool, everything: bool, complete: bool = False) -> int:
         backend = self._source.backend()
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
-        call = self._release_call(backend, owner, nonce, everything)
+        call = self._release_call(backend, owner, nonce, everything, complete)
         try:
             remaining = int(call_sync(call, backend))
         except LockBackendError as error:
