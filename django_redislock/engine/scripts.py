@@ -187,11 +187,17 @@ _HISTORY = r"""
 -- number of the newest (read by HISTORY and engine/history.py). A hand-off writes
 -- one, so an event is one small write: nothing older is read or rewritten; with
 -- *later* (a list of fields and values), the write is left to the caller, which
--- makes it with its own. Every path writes something that frees memory first, so
+-- makes it with its own; *n* (with *later*): the event's number, when the caller read
+-- 'hn' with something else. Every path writes something that frees memory first, so
 -- a full Redis does not refuse it.
-local function record(entry, later)
+local function record(entry, later, n)
   entry.t = now_ms()
-  local n = redis.call('HINCRBY', F, 'hn', 1)
+  if n then  -- the caller read 'hn' already: the new number goes with *later*
+    later[#later + 1] = 'hn'
+    later[#later + 1] = n
+  else
+    n = redis.call('HINCRBY', F, 'hn', 1)
+  end
   local field, text = 'h' .. (n % HISTORY_MAX), cjson.encode(entry)
   if later then
     later[#later + 1] = field
@@ -213,20 +219,27 @@ end
 """
 
 _HISTORY_MUTEX = r"""
--- The current holder as a history entry's "held" part (from the lock hash).
-local function held_by(entry)
-  local h = redis.call('HMGET', L, 'owner', 'since', 'meta')
-  if h[1] then
-    entry.o, entry.m = h[1], h[3] or ''
-    entry.h = now_ms() - (tonumber(h[2]) or now_ms())
+-- The current holder as a history entry's "held" part (from the lock hash; *h*: its
+-- owner, since and meta as a release head read them).
+local function held_by(entry, h)
+  local owner, since, meta
+  if h then
+    owner, since, meta = h[1], h[5], h[6]
+  else
+    local r = redis.call('HMGET', L, 'owner', 'since', 'meta')
+    owner, since, meta = r[1], r[2], r[3]
+  end
+  if owner then
+    entry.o, entry.m = owner, meta or ''
+    entry.h = now_ms() - (tonumber(since) or now_ms())
   end
   return entry
 end
 
 -- The lock was found free by a script serving waiter *w* (entry *e*): if a holder
 -- is still on record ('cur': owner|since|meta, or owner|since as older clients
--- wrote it), its lease ran out while *w* waited (*later*: see record).
-local function expired(w, e, later)
+-- wrote it), its lease ran out while *w* waited (*later*, *n*: see record).
+local function expired(w, e, later, n)
   local cur = redis.call('HGET', F, 'cur')
   if cur and cur ~= '' then
     local c = split(cur, 1)
@@ -234,7 +247,7 @@ local function expired(w, e, later)
     local bar = string.find(since, '|', 1, true)
     if bar then since, meta = string.sub(since, 1, bar - 1), string.sub(since, bar + 1) end
     local held = now_ms() - (tonumber(since) or now_ms())
-    record(waited_by({e = 'expired', o = c[1], h = held, m = meta}, w, e), later)
+    record(waited_by({e = 'expired', o = c[1], h = held, m = meta}, w, e), later, n)
   end
 end
 """
@@ -250,27 +263,39 @@ _QUEUE = (
     + _ENQUEUE
     + r"""
 -- Grant the lock to the first live waiter and wake it; false if there is none.
--- With *overwrite* a release hands it over (its holder is still in the hash), and
--- *rel* is its nonce; without, the lock was free: if a holder is on record, its
--- lease ran out. The history event and *rel* are written with the new token.
-local function handoff(retention, overwrite, rel)
-  local w, e = live_head()
+-- With *overwrite* a release hands it over (its holder is still in the hash; *held*:
+-- the lock hash as the release head read it), and *rel* is its nonce; without, the
+-- lock was free: if a holder is on record, its lease ran out. The history event
+-- and *rel* are written with the new token. Waiters are popped as they are looked
+-- at (the first write frees memory), dead ones dropped, so the head is read once;
+-- *first*: the head, when the caller popped it already.
+local function handoff(retention, overwrite, rel, held, first)
+  local w, e = first or redis.call('LPOP', Q), nil
+  while w do
+    e = redis.call('HGET', E, w)
+    if e then
+      redis.call('HDEL', E, w)
+      if tonumber(string.sub(e, 1, string.find(e, '|', 1, true) - 1)) >= now_ms() then break end
+    end
+    w = redis.call('LPOP', Q)
+  end
   if not w then return false end
-  redis.call('LPOP', Q)
-  redis.call('HDEL', E, w)
+  -- The last token and the history's number, in one read (both written with the grant).
+  local f = redis.call('HMGET', F, 'fence', 'hn')
+  local n = (tonumber(f[2]) or 0) + 1
   local extra = {}
   if rel then extra[1], extra[2] = 'rel', rel end
   if overwrite then
-    record(waited_by(held_by({e = 'handoff'}), w, e), extra)
+    record(waited_by(held_by({e = 'handoff'}, held), w, e), extra, n)
   else
-    expired(w, e, extra)
+    expired(w, e, extra, n)
   end
   local p = entry_fields(e)
   -- Leased only for the claim window until the waiter confirms (its watchdog's
   -- first renewal, or CLAIM): a waiter that died meanwhile costs that, not a lease.
   local ttl, lease = tonumber(p[2]), nil
   if ttl == 0 or ttl > CLAIM_MS then lease = CLAIM_MS end
-  local fence = grant(w, p[4], p[2], p[5], retention, overwrite, nil, true, lease, extra)
+  local fence = grant(w, p[4], p[2], p[5], retention, overwrite, f[1], true, lease, extra)
   redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
   return true
 end
@@ -436,7 +461,7 @@ return -2 - redis.call('PTTL', L)
 # repeat (same nonce), or a partial release; what follows frees the lock (c == 0).
 _RELEASE_HEAD = r"""
 local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
-local h = redis.call('HMGET', L, 'owner', 'rel', 'count', 'q')
+local h = redis.call('HMGET', L, 'owner', 'rel', 'count', 'q', 'since', 'meta')
 if h[1] ~= owner then
   if redis.call('HGET', F, 'rel') == nonce then return 0 end
   -- The run completed though its hold was lost: its record is still written (a
@@ -464,8 +489,17 @@ RELEASE = (
     + _RELEASE_HEAD
     + r"""
 -- Nobody was queued while this hold lasted ('q' unset: see mark_queued), or
--- nobody is any more (the last waiter of a burst was handed the lock).
-if not h[4] or redis.call('EXISTS', Q) == 0 then
+-- nobody is any more (the last waiter of a burst was handed the lock). A fair
+-- release looks by popping the queue's head: the hand-off below starts from it.
+local first
+if h[4] then
+  if ARGV[5] == 'poke' then
+    first = redis.call('EXISTS', Q) == 1
+  else
+    first = redis.call('LPOP', Q)
+  end
+end
+if not first then
   redis.call('DEL', L)
   if redis.call('HSET', F, 'rel', nonce, 'cur', '') == 2 then
     redis.call('PEXPIRE', F, retention)
@@ -485,7 +519,7 @@ if ARGV[5] == 'poke' then
     local p = entry_fields(e)
     redis.call('PUBLISH', p[3], p[4])
   end
-elseif handoff(retention, true, nonce) then
+elseif handoff(retention, true, nonce, h, first) then
   if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
   return 0
 else
