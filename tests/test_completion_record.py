@@ -124,6 +124,8 @@ def test_only_a_mutex_on_one_redis_or_a_cluster_keeps_a_record(name: str) -> Non
         locks.lock(name, ttl=10)._with_completion("task-1", -1)
     with pytest.raises(LockError, match="completion record"):
         locks.lock(name, ttl=10)._release_completed()  # a lock that is no run's
+    with pytest.raises(LockError, match="mutex"):
+        locks.semaphore(name + ":s", 2, ttl=10)._release_completed()
     servers = [RedisServer() for _ in range(3)]
     try:
         redlock = LockManager(redlock_caches=[s.url for s in servers])

@@ -449,9 +449,9 @@ return -2 - redis.call('PTTL', L)
 )
 
 # ARGV: owner, nonce, retention_ms[, "all"[, "poke"[, record_ms]]]
-# KEYS[5] (with a run's hold; record_ms: write it): the run's completion record, written by
-# this release (a run that completed), after the path's first write (so a full
-# Redis still takes it), and also when the hold was lost.
+# KEYS[5] (a run's hold; with record_ms, written): the run's completion record,
+# written by this release (a run that completed), after the path's first write (so
+# a full Redis still takes it), and also when the hold was lost.
 # Returns the remaining hold count (0 = released), or -1 when not owned.
 # The nonce makes a retried release (after a lost reply) count once. With "all",
 # every hold of the owner is released at once. With "poke" (fair=False) a freed
@@ -479,7 +479,7 @@ if ARGV[4] == 'all' then c = 0 end
 if c > 0 then
   redis.call('HDEL', L, 'rel')
   redis.call('HSET', L, 'count', c, 'rel', nonce)
-  if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
+  if KEYS[5] and ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
   return c
 end
 """
@@ -523,7 +523,7 @@ elseif handoff(retention, true, nonce, h, first) then
   if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
   return 0
 else
-  -- Nobody live was queued (live_head emptied the queue): both flags go.
+  -- Nobody live was queued (the hand-off's look emptied the queue): both flags go.
   redis.call('DEL', L)
   redis.call('HDEL', F, 'q')
 end

@@ -520,7 +520,9 @@ class Lock:
     ) -> Call:  # fmt: skip
         keys = self._call_keys(backend)
         kind = self._kind
-        if complete and isinstance(kind, Mutex):
+        if complete:
+            if not isinstance(kind, Mutex):
+                raise LockError(f"{self.name!r}: only a mutex's hold can be a run's")
             return kind.release_call(
                 keys, owner, nonce, backend.retention_arg, everything, self.name, complete=True
             )
