@@ -1006,6 +1006,7 @@ _CONTENDED_COMPARED = (
     ("handoff_p90_ms", "hand-off p90 ms", 3),
     ("fewest_most_ratio", "fewest/most", 2),
     ("round_trips_per_cs", "round trips/CS", 1),
+    ("redis_cmds_per_cs", "Redis commands/CS", 1),
     ("client_cpu_ms_per_cs", "client CPU ms/CS", 3),
 )
 _WAKE_COMPARED = T.WAKE_COMPARED
