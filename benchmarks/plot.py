@@ -42,6 +42,9 @@ PRIMITIVES = "primitives-2026-11-23-issue9.json"  # semaphore, read-write lock
 CELERY = "celery-2026-11-23-issue12.json"  # per-task overhead with floor and lock_only
 HOTPATH_SYNC = "locks-hotpath-step2-2026-11-27.json"  # bench_locks --baseline (issue 23)
 HOTPATH_ASYNC = "async-hotpath-step2-2026-11-27.json"  # bench_async --baseline (issue 23)
+# The third step's first runs (docs/benchmarks.md lists every run's ratios).
+HANDOFF_SYNC = "locks-hotpath-step3-2026-11-27.json"
+HANDOFF_ASYNC = "async-hotpath-step3-2026-11-27.json"
 
 OURS_COLOR = "#c0392b"
 PEER_COLOR = "#7f8c8d"
@@ -466,6 +469,10 @@ CHARTS: dict[str, Callable[[], Figure]] = {
     "rwlock.svg": rwlock,
     "hotpath-sync.svg": lambda: before_after(HOTPATH_SYNC, "Hot path, second step: sync"),
     "hotpath-async.svg": lambda: before_after(HOTPATH_ASYNC, "Hot path, second step: asyncio"),
+    "handoff-sync.svg": lambda: before_after(HANDOFF_SYNC, "Hand-off release, third step: sync"),
+    "handoff-async.svg": lambda: before_after(
+        HANDOFF_ASYNC, "Hand-off release, third step: asyncio"
+    ),
 }
 
 

@@ -51,6 +51,8 @@ def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: 
         "rwlock.svg": (plot.PRIMITIVES, "grants per second"),
         "hotpath-sync.svg": (plot.HOTPATH_SYNC, "after ÷ before"),
         "hotpath-async.svg": (plot.HOTPATH_ASYNC, "after ÷ before"),
+        "handoff-sync.svg": (plot.HANDOFF_SYNC, "after ÷ before"),
+        "handoff-async.svg": (plot.HANDOFF_ASYNC, "after ÷ before"),
     }
     assert set(plot.CHARTS) == set(sources)
     for filename, (result, unit) in sources.items():
