@@ -289,6 +289,12 @@ def usable(libs: list[str], notes: dict[str, str]) -> list[str]:
 # --------------------------------------------------------------------------------------
 
 
+async def _aredis_cpu(r: Any) -> float:
+    """The server process's CPU seconds so far (INFO cpu: user + system)."""
+    info = await r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 async def uncontended_ops(
     ctx: Ctx, lib_key: str, name: str, count: int
 ) -> list[tuple[float, float]]:
@@ -341,20 +347,21 @@ async def _uncontended(
             samples[k].extend(mine)
             per_round[k].append(statistics.median(mine))
     elapsed = time.monotonic() - started
-    # Redis-side CPU and commands per operation (INFO commandstats, which counts the
-    # commands run inside Lua too), one short pass per library.
+    # Redis-side CPU and commands per operation, one short pass per library (as in
+    # bench_locks: the server process's CPU, and the commands run, those inside Lua too).
     server_us: dict[str, float] = {}
     commands: dict[str, float] = {}
     for k in live:
-        n = max(50, min(500, rounds * batch // 4))
+        n = max(50, min(1500, rounds * batch))  # (the server's CPU is a total: many ops)
         await ctx.r.config_resetstat()
+        cpu0 = await _aredis_cpu(ctx.r)
         await ops(k, n, untimed=0)  # every operation counts
+        server_us[k] = (await _aredis_cpu(ctx.r) - cpu0) * 1e6 / n
         stats = {
             name: v
             for name, v in (await ctx.r.info("commandstats")).items()
             if "resetstat" not in name and "info" not in name
         }
-        server_us[k] = sum(v["usec"] for v in stats.values()) / n
         commands[k] = sum(v["calls"] for v in stats.values()) / n
     await ctx.aclose()
     floor = samples.get("floor")

@@ -200,21 +200,22 @@ class OursRawScripts:
         self.client = manager().backend().client
         if name not in self._recorded:
             calls: list[tuple[Any, ...]] = []
-            real = self.client.evalsha
+            real = self.client.execute_command
 
-            def recorder(*args: Any) -> Any:
-                calls.append(args)
-                return real(*args)
+            def recorder(*args: Any, **options: Any) -> Any:
+                if args[0] == "EVALSHA":
+                    calls.append(args[1:])
+                return real(*args, **options)
 
             lk = manager().lock(name, ttl=30, auto_renew=False)
             lk.acquire()  # once unrecorded: loads the scripts (NOSCRIPT retries)
             lk.release()
-            self.client.evalsha = recorder
+            self.client.execute_command = recorder
             try:
                 lk.acquire()
                 lk.release()
             finally:
-                del self.client.evalsha
+                del self.client.execute_command
             if len(calls) != 2:
                 raise RuntimeError(f"expected 2 scripts per acquire+release, saw {len(calls)}")
             self._recorded[name] = calls
@@ -387,22 +388,32 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
             cpu[k].extend(c for _w, c in got)
             per_round[k].append(statistics.median(mine))
     elapsed = time.monotonic() - started
-    # Redis-side CPU and commands per operation (INFO commandstats, which counts the
-    # commands run inside Lua too), one short pass per library.
+    # Redis-side CPU and commands per operation, one short pass per library: the
+    # server process's CPU (INFO cpu: every request's reading, running and reply; the
+    # commands' own times in INFO commandstats would count a script's commands twice,
+    # in the script's time and in their own), and the commands run, those inside Lua
+    # too (INFO commandstats).
     r = client()
     server_us: dict[str, float] = {}
     commands: dict[str, float] = {}
     for k in libs:
-        n = max(50, min(500, rounds * batch // 4))
+        n = max(50, min(1500, rounds * batch))  # (the server's CPU is a total: many ops)
         r.config_resetstat()
+        cpu0 = _redis_cpu(r)
         _ops(k, names[k], n, untimed=0)  # every operation counts
+        server_us[k] = (_redis_cpu(r) - cpu0) * 1e6 / n
         stats = {
             name: v
             for name, v in r.info("commandstats").items()
             if "resetstat" not in name and "info" not in name
         }
-        server_us[k] = sum(v["usec"] for v in stats.values()) / n
         commands[k] = sum(v["calls"] for v in stats.values()) / n
+    calls = {
+        k: REMOTE[k][0].python_calls(REMOTE[k][1], names[k])
+        if k in REMOTE
+        else python_calls(k, names[k])
+        for k in libs
+    }
     floor_p50 = pct(samples["floor"], 50) if "floor" in samples else None
     rows = {}
     for k in libs:
@@ -426,6 +437,8 @@ def bench_uncontended(libs: list[str], rounds: int, batch: int, warmup: int) -> 
             "client_cpu_p50_us": pct(cpu[k], 50),
             "redis_cpu_us_per_op": server_us[k],
             "redis_commands_per_op": commands[k],
+            "python_calls_per_op": calls[k]["total"],
+            "our_python_calls_per_op": calls[k]["ours"],
         }
     T.paired_to_baseline(per_round, rows)
     return {"rounds": rounds, "batch": batch, "elapsed_s": elapsed, "rows": rows}
@@ -613,6 +626,32 @@ class Pool:
                 p.terminate()
 
 
+def python_calls(lib_key: str, name: str) -> dict[str, int]:
+    """Python function calls made by one warm create + acquire + release of *lib_key*:
+    ``total``, and ``ours`` (those in django_redislock's own code). Counted, not timed:
+    a change to our layer shows here however noisy the machine."""
+    uncontended_ops(lib_key, name, 3)  # warm: scripts loaded, connections made
+    make = LIBS[lib_key].make
+    blocking = lib_key not in ("floor", "ours_raw")
+    counts = {"total": 0, "ours": 0}
+
+    def count(frame: Any, event: str, _arg: Any) -> None:
+        if event == "call":
+            counts["total"] += 1
+            if "django_redislock" in frame.f_code.co_filename:
+                counts["ours"] += 1
+
+    sys.setprofile(count)
+    try:
+        lk = make(name)
+        lk.acquire(blocking=blocking)
+        lk.release()
+        del lk  # (its collection is part of the operation)
+    finally:
+        sys.setprofile(None)
+    return counts
+
+
 def warm_ops(lib_key: str, name: str, count: int, untimed: int) -> list[tuple[float, float]]:
     """A batch of uncontended_ops after *untimed* untimed ones, so that every batch starts
     warm wherever it runs (the main process, a tree process: tree_pool.TreePool)."""
@@ -626,7 +665,7 @@ def tree_main(conn: Any, url: str, size: int) -> None:
     its own fork Pool of *size* workers, uncontended operations run here."""
     configure(url)
     pool = Pool(size) if size else None  # forked before any connection or thread
-    T.serve(conn, pool, {"uncontended": warm_ops})
+    T.serve(conn, pool, {"uncontended": warm_ops, "calls": python_calls})
 
 
 def _remote_only(name: str) -> Any:
@@ -867,6 +906,15 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+def _calls(row: dict[str, Any]) -> str:
+    """Python calls per operation, and ours among them ("-": not counted in that run)."""
+    total = row.get("python_calls_per_op")
+    if total is None:
+        return "-"
+    ours = row.get("our_python_calls_per_op") or 0
+    return f"{total} ({ours})" if ours else str(total)
+
+
 def report(results: dict[str, Any]) -> str:
     out = []
     u = results.get("uncontended")
@@ -886,6 +934,7 @@ def report(results: dict[str, Any]) -> str:
                 fmt(r["client_cpu_p50_us"]),
                 fmt(r["redis_cpu_us_per_op"]),
                 fmt(r.get("redis_commands_per_op"), 1),
+                _calls(r),
                 str(r["n"]),
             ]
             for r in u["rows"].values()
@@ -902,6 +951,7 @@ def report(results: dict[str, Any]) -> str:
                     "client CPU us",
                     "Redis CPU us",
                     "Redis cmds",
+                    "Py calls (ours)",
                     "samples",
                 ],
                 rows,

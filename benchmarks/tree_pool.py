@@ -191,6 +191,12 @@ class TreePool:
         )
         return [(float(w), float(c)) for w, c in got]
 
+    def python_calls(self, lib_key: str, name: str) -> dict[str, int]:
+        """Python function calls of one uncontended operation in the tree process (see
+        ``bench_locks.python_calls``)."""
+        got = self._call({"op": "calls", "lib_key": lib_key, "name": name}, timeout=60)
+        return {str(k): int(v) for k, v in got.items()}
+
     def run(
         self, cmds: list[dict[str, Any]], timeout: float, clear_events: bool = False
     ) -> list[dict[str, Any]]:
@@ -305,6 +311,9 @@ def uncontended_rows(u: dict[str, dict[str, Any]]) -> list[list[str]]:
     for field, what, digits in (
         ("client_cpu_p50_us", "uncontended client CPU us", 1),
         ("redis_commands_per_op", "uncontended Redis commands/op", 1),
+        ("redis_cpu_us_per_op", "uncontended Redis CPU us", 1),
+        ("our_python_calls_per_op", "uncontended Python calls in django_redislock", 0),
+        ("python_calls_per_op", "uncontended Python calls in all", 0),
     ):
         b, a = base.get(field), cur.get(field)
         if a is not None or b is not None:

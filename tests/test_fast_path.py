@@ -10,6 +10,7 @@ process stopped with SIGSTOP, a real fault.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -52,6 +53,39 @@ def test_an_uncontended_acquire_and_release_run_eleven_commands(
     assert sum(counted.values()) == UNCONTENDED_COMMANDS, counted
     assert counted["evalsha"] == 2
     assert "exists" not in counted and "llen" not in counted  # no look at the queue
+
+
+#: Python calls into django_redislock's own code for a warm ``with locks.lock(...)``
+#: (a new Lock, auto-renewed: made, entered, left, collected): 73 on CPython 3.11, 83
+#: before the fourth step of the hot path (issue 23). A bound, not a timing: a change
+#: that adds layers to every lock call shows here however noisy the machine.
+UNCONTENDED_OWN_CALLS = 73
+
+
+def _own_calls(name: str) -> int:
+    """Calls of django_redislock's functions made by one ``with locks.lock(name)``."""
+    calls = 0
+
+    def count(frame: object, event: str, _arg: object) -> None:
+        nonlocal calls
+        if event == "call" and "django_redislock" in frame.f_code.co_filename:  # type: ignore[attr-defined]
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        with locks.lock(name, ttl=30):
+            pass
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_an_uncontended_with_block_stays_within_its_python_calls(name: str) -> None:
+    for _ in range(3):  # warm: scripts loaded, connection made, watchdog thread started
+        with locks.lock(name, ttl=30):
+            pass
+    counted = min(_own_calls(name) for _ in range(3))
+    assert counted <= UNCONTENDED_OWN_CALLS, counted
 
 
 def test_once_the_queue_is_gone_the_fast_path_is_back(name: str, redis_client: redis.Redis) -> None:

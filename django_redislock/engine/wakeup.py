@@ -35,15 +35,41 @@ logger = logging.getLogger("django_redislock")
 _SUBSCRIBE_TIMEOUT = 5.0
 
 
+class Flag:
+    """A waiter's wake-up flag: set by any thread, taken by the waiting one.
+
+    A C lock held while the flag is down: ``threading.Event`` is a Condition written
+    in Python, and every queued acquire made one and set it, in about a dozen frames,
+    where the waiter is usually its own reader and nobody waits on it."""
+
+    __slots__ = ("_down",)
+
+    def __init__(self) -> None:
+        self._down = threading.Lock()
+        self._down.acquire()
+
+    def set(self) -> None:
+        """Raise the flag (and wake the thread waiting for it, if one is)."""
+        try:
+            self._down.release()
+        except RuntimeError:  # raised already
+            pass
+
+    def take(self, timeout: float) -> bool:
+        """Wait up to *timeout* seconds for the flag; whether it was raised (it is
+        down again then)."""
+        return self._down.acquire(timeout=max(0.0, timeout))
+
+
 class Waiter(WaitSlot):
-    """One blocked acquire. Its event is set when the lock is handed to it, when
+    """One blocked acquire. Its flag is raised when the lock is handed to it, when
     it is asked to take over reading the subscription, or when it is poked."""
 
     __slots__ = ()
-    event: threading.Event
+    event: Flag
 
     def __init__(self) -> None:
-        super().__init__(threading.Event())
+        super().__init__(Flag())
 
 
 class WakeHub:
@@ -125,9 +151,9 @@ class WakeHub:
                     self._reader.release()
                     self._promote()
             else:
-                waiter.event.wait(remaining)
-                if waiter.fence is None:
-                    waiter.event.clear()  # woken to take over reading, or poked
+                # Woken with the lock, to take over reading, or poked (the flag is
+                # taken down as it is taken: a later wake-up raises it again).
+                waiter.event.take(remaining)
         waiter.poked = False
         return waiter.fence
 

@@ -53,7 +53,7 @@ class WatchEntry:
 
     __slots__ = (
         "lock_ref", "owner", "backend", "keys", "name", "ttl_ms", "due", "confirmed_at",
-        "in_flight", "slack", "active", "replicas", "kind", "lease_ms",
+        "in_flight", "slack", "active", "replicas", "kind", "lease_ms", "retry_in",
     )  # fmt: skip
 
     def __init__(
@@ -91,6 +91,8 @@ class WatchEntry:
         #: When the last renewal Redis confirmed was sent (the lease runs at least a ttl from it).
         self.confirmed_at = now
         self.in_flight = False
+        #: How soon a failed renewal is tried again.
+        self.retry_in = min(1.0, ttl_ms / 6000.0)
         #: How early a due renewal may join a batch that is sent anyway.
         self.slack = self.retry_in
         if claim_ms is not None:
@@ -121,11 +123,6 @@ class WatchEntry:
         ttl = self.ttl_ms / 1000.0
         return self.confirmed_at + ttl - min(1.0, ttl / 10)
 
-    @property
-    def retry_in(self) -> float:
-        """How soon a failed renewal is tried again."""
-        return min(1.0, self.ttl_ms / 6000.0)
-
 
 class Watchdog:
     """The process-wide renewal thread and its registry.
@@ -137,7 +134,10 @@ class Watchdog:
 
     def __init__(self) -> None:
         self._entries: dict[int, WatchEntry] = {}
-        self._cond = threading.Condition()
+        # watch() and unwatch() take the condition's lock itself: one C call each way
+        # on every acquire and release (the condition's own methods are Python's).
+        self._mutex = threading.RLock()
+        self._cond = threading.Condition(self._mutex)
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
         self._busy: set[int] = set()  # backends with a batch in flight
@@ -167,7 +167,7 @@ class Watchdog:
         entry = WatchEntry(
             lock, owner, backend, keys, ttl_ms, name, claim_ms, replicas, kind, lease_ms
         )
-        with self._cond:
+        with self._mutex:
             self._entries[id(entry)] = entry
             if self._thread is None:
                 self._wake_at = entry.due
@@ -188,7 +188,7 @@ class Watchdog:
         thread's next round, which drops entries whose Lock is gone.
         """
         entry.active = False
-        if not self._cond.acquire(blocking=wait):
+        if not self._mutex.acquire(blocking=wait):
             return
         try:
             self._entries.pop(id(entry), None)
@@ -201,7 +201,7 @@ class Watchdog:
             ):
                 self._cond.notify()
         finally:
-            self._cond.release()
+            self._mutex.release()
 
     @property
     def running(self) -> bool:
@@ -345,7 +345,8 @@ class Watchdog:
 
     def _reset_after_fork(self) -> None:
         self._entries = {}
-        self._cond = threading.Condition()
+        self._mutex = threading.RLock()
+        self._cond = threading.Condition(self._mutex)
         self._thread = None
         self._wake_at = float("inf")
         self._busy = set()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from asyncio.events import _get_running_loop
 from collections.abc import Coroutine
 from time import monotonic
 from types import TracebackType
@@ -210,7 +211,8 @@ class Lock:
         else:
             self.wait_replicas = validate_replicas(wait_replicas, "wait_replicas")
         self._holds = HoldTable()
-        self._keys_cache: tuple[Any, LockKeys] | None = None
+        #: (keyspace, the lock's keys in it, the keys of its kind's calls), made once.
+        self._keys_cache: tuple[Any, LockKeys, tuple[bytes, ...]] | None = None
         #: The last (owner, KnownHolds key) asked for: one owner per Lock is the common case.
         self._known_cache: tuple[str, tuple[str, str, str]] | None = None
         self._meta_text = HolderMeta()
@@ -241,13 +243,24 @@ class Lock:
 
     def _call_keys(self, backend: Backend | AsyncBackend) -> tuple[bytes, ...]:
         """The keys of this lock's calls."""
-        return self._kind.keys(self._keys(backend))
+        cached = self._keys_cache
+        if cached is None or cached[0] is not backend.keyspace:
+            cached = self._cache_keys(backend)
+        return cached[2]
 
     def _keys(self, backend: Backend | AsyncBackend) -> LockKeys:
         cached = self._keys_cache
         if cached is None or cached[0] is not backend.keyspace:
-            cached = self._keys_cache = (backend.keyspace, backend.keyspace.keys(self.name))
+            cached = self._cache_keys(backend)
         return cached[1]
+
+    def _cache_keys(
+        self, backend: Backend | AsyncBackend
+    ) -> tuple[Any, LockKeys, tuple[bytes, ...]]:
+        keyspace = backend.keyspace
+        keys = keyspace.keys(self.name)
+        cached = self._keys_cache = (keyspace, keys, self._kind.keys(keys))
+        return cached
 
     @property
     def key(self) -> str:
@@ -314,12 +327,11 @@ class Lock:
             # What the client knows of its holds, the kind's own first ("n", or a read's
             # or write's "n|m"): a hold in Redis beyond it is an orphan (see KnownHolds).
             prefix = self._known_prefix()
-            known = b"|".join(
-                [
-                    count_arg(known_holds.get((prefix, counted, owner)))
-                    for counted in self._kind.known_names(self.name)
-                ]
-            )
+            counted = self._kind.known_names(self.name)
+            if len(counted) == 1:  # a mutex's, a permit's
+                known = count_arg(known_holds.get((prefix, counted[0], owner)))
+            else:
+                known = b"|".join([count_arg(known_holds.get((prefix, n, owner))) for n in counted])
         if self.lock_delay_ms and backend.features.quorum:
             raise LockError(
                 f"lock {self.name!r}: lock_delay needs one Redis or a Redis Cluster: Redlock "
@@ -377,7 +389,7 @@ class Lock:
         owner, made_up, blocking, timeout = self._wait_policy(
             blocking, timeout, blocking_timeout, token
         )
-        if blocking:
+        if blocking and _get_running_loop() is not None:
             refuse_in_event_loop(self.name, "acquire()", "aacquire()")
         backend = self._source.backend()
         op = self._acquire_op(backend, owner, made_up, blocking, timeout)
@@ -387,7 +399,7 @@ class Lock:
         except LockBackendError as error:
             self._backend_error(owner, "acquire", error)
             raise
-        return self._settle_acquire(op, made_up, attempt, started)
+        return self._settle_acquire(op, made_up, attempt, started, backend)
 
     def aacquire(
         self,
@@ -436,9 +448,11 @@ class Lock:
             await call_async(call, backend)
 
     def _settle_acquire(
-        self, op: flows.AcquireOp, made_up: bool, attempt: Attempt, started: float
-    ) -> bool:
-        """Record the outcome of *op*; *started*: its ``_start_clock()`` (0: not timed)."""
+        self, op: flows.AcquireOp, made_up: bool, attempt: Attempt, started: float,
+        backend: Backend | None = None,
+    ) -> bool:  # fmt: skip
+        """Record the outcome of *op*; *started*: its ``_start_clock()`` (0: not timed);
+        *backend*: the blocking backend when the caller has it (the watchdog's)."""
         owner = op.owner
         if not attempt.held:
             if signals.lock_not_acquired.receivers:
@@ -454,7 +468,7 @@ class Lock:
             hold.watch = watchdog.watch(
                 self,
                 owner,
-                self._source.backend(),
+                backend or self._source.backend(),
                 op.keys,
                 self.ttl_ms,
                 self.name,
@@ -552,6 +566,7 @@ class Lock:
             completion=validate_owner(run),
             completion_ms=to_millis(validate_seconds(keep, "keep"), "keep"),
         )
+        self._keys_cache = None  # the calls' keys are the new kind's
 
     def _release_completed(self) -> int:
         """Release every hold of the caller's owner, writing the run's completion record
@@ -599,11 +614,15 @@ class Lock:
 
     def _known_key(self, owner: str) -> tuple[str, str, str]:
         """The KnownHolds key of *owner*'s holds of this lock (under the key prefix in use)."""
-        prefix = self._known_prefix()
-        cached = self._known_cache
-        if cached is not None and cached[0] == owner and cached[1][0] == prefix:
+        cached, keys = self._known_cache, self._keys_cache
+        if (
+            cached is not None
+            and cached[0] == owner
+            and keys is not None
+            and cached[1][0] == keys[0].prefix
+        ):
             return cached[1]
-        key = (prefix, self._kind.known_name(self.name), owner)
+        key = (self._known_prefix(), self._kind.known_name(self.name), owner)
         self._known_cache = (owner, key)
         return key
 
@@ -958,6 +977,8 @@ class Lock:
     ) -> None:
         """What leaving a ``with`` / ``async with`` block means, given how its release went."""
         reason = hold.lost_reason if hold is not None else None
+        if error is None and reason is None:
+            return  # the common end: released, never lost
         if isinstance(error, LockBackendError):
             self._stop_renewing(hold)
             if reason is None:

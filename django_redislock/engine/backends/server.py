@@ -27,23 +27,27 @@ from .base import backend_error, batch_wait, replicated_results
 
 
 def evalsha(client: Any, call: Call) -> Any:
-    """Run *call* with EVALSHA on *client*, loading its script once on NOSCRIPT."""
-    script = call.script
+    """Run *call* with EVALSHA on *client*, loading its script once on NOSCRIPT.
+
+    Sent with ``execute_command``, which the client's ``evalsha`` calls through two
+    frames of its own: the same command, its retries and instrumentation, on the
+    hot path of every lock call."""
+    script, keys = call.script, call.keys
     try:
-        return client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *call.args)
     except NoScriptError:
         client.script_load(script.source)
-        return client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *call.args)
 
 
 async def aevalsha(client: Any, call: Call) -> Any:
     """:func:`evalsha` on a ``redis.asyncio`` client."""
-    script = call.script
+    script, keys = call.script, call.keys
     try:
-        return await client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *call.args)
     except NoScriptError:
         await client.script_load(script.source)
-        return await client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *call.args)
 
 
 def _queue(pipe: Any, calls: Sequence[Call], wait: int, wait_timeout_ms: int) -> None:
