@@ -312,6 +312,19 @@ async def uncontended_ops(
     return out
 
 
+async def python_calls(ctx: Ctx, lib_key: str, name: str) -> dict[str, int]:
+    """Python function calls of one warm create + acquire + release of *lib_key*, the
+    event loop's included (see ``bench_locks.counting_calls``; the fewest of three)."""
+    await uncontended_ops(ctx, lib_key, name, 3)  # warm: scripts, connections
+    make = LIBS[lib_key].make
+    counted = []
+    for _ in range(3):
+        with B.counting_calls() as counts:
+            await make(ctx, name).cycle()
+        counted.append(counts)
+    return B.fewest(counted)
+
+
 async def _uncontended(
     libs: list[str], rounds: int, batch: int, warmup: int, notes: dict[str, str]
 ) -> dict[str, Any]:
@@ -363,6 +376,13 @@ async def _uncontended(
             if "resetstat" not in name and "info" not in name
         }
         commands[k] = sum(v["calls"] for v in stats.values()) / n
+    calls = {}
+    for k in live:
+        if k in T.REMOTE:
+            tree, inner = T.REMOTE[k]
+            calls[k] = tree.python_calls(inner, names[k])
+        else:
+            calls[k] = await python_calls(ctx, k, names[k])
     await ctx.aclose()
     floor = samples.get("floor")
     floor_p50 = pct(floor, 50) if floor else None
@@ -389,6 +409,8 @@ async def _uncontended(
             "client_cpu_p50_us": pct(cpu[k], 50),
             "redis_cpu_us_per_op": server_us[k],
             "redis_commands_per_op": commands[k],
+            "python_calls_per_op": calls[k]["total"],
+            "our_python_calls_per_op": calls[k]["ours"],
         }
     T.paired_to_baseline(per_round, rows)
     return {"rounds": rounds, "batch": batch, "elapsed_s": elapsed, "rows": rows}
@@ -618,18 +640,27 @@ def worker_main(conn: Any, events: tuple[Any, Any, Any]) -> None:
 _TREE_LOOP: list[tuple[asyncio.AbstractEventLoop, Ctx]] = []
 
 
-def _tree_uncontended(
-    lib_key: str, name: str, count: int, untimed: int
-) -> list[tuple[float, float]]:
-    """A tree process's uncontended batch (see tree_pool.TreePool.uncontended), run in
-    one event loop (and one Ctx) kept for the whole run, as the parent's is."""
+def _tree_loop() -> tuple[asyncio.AbstractEventLoop, Ctx]:
+    """A tree process's one event loop and Ctx, kept for the whole run, as the parent's is."""
     if not _TREE_LOOP:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         _TREE_LOOP.append((loop, Ctx()))
-    loop, ctx = _TREE_LOOP[0]
+    return _TREE_LOOP[0]
 
+
+def _tree_uncontended(
+    lib_key: str, name: str, count: int, untimed: int
+) -> list[tuple[float, float]]:
+    """A tree process's uncontended batch (see tree_pool.TreePool.uncontended)."""
+    loop, ctx = _tree_loop()
     return loop.run_until_complete(warm_ops(ctx, lib_key, name, count, untimed))
+
+
+def _tree_python_calls(lib_key: str, name: str) -> dict[str, int]:
+    """A tree process's count of one operation's Python calls (see python_calls)."""
+    loop, ctx = _tree_loop()
+    return loop.run_until_complete(python_calls(ctx, lib_key, name))
 
 
 async def warm_ops(
@@ -648,7 +679,7 @@ def tree_main(conn: Any, url: str, size: int) -> None:
     configure(url)
     # Forked before any connection, thread or event loop.
     pool = B.Pool(size, target=worker_main) if size else None
-    T.serve(conn, pool, {"uncontended": _tree_uncontended})
+    T.serve(conn, pool, {"uncontended": _tree_uncontended, "calls": _tree_python_calls})
 
 
 def _remote_only(ctx: Ctx, name: str) -> Any:
@@ -930,6 +961,7 @@ def report(results: dict[str, Any]) -> str:
                 fmt(r["paired_ratio_median"], 2) + "x",
                 fmt(r["client_cpu_p50_us"]),
                 fmt(r["redis_cpu_us_per_op"]),
+                B._calls(r),
                 str(r["n"]),
             ]
             for r in u["rows"].values()
@@ -945,6 +977,7 @@ def report(results: dict[str, Any]) -> str:
                     "paired",
                     "client CPU us",
                     "Redis CPU us",
+                    "Py calls (ours)",
                     "samples",
                 ],
                 rows,
