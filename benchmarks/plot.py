@@ -45,6 +45,9 @@ HOTPATH_ASYNC = "async-hotpath-step2-2026-11-27.json"  # bench_async --baseline 
 # The third step's first runs (docs/benchmarks.md lists every run's ratios).
 HANDOFF_SYNC = "locks-hotpath-step3-2026-11-27.json"
 HANDOFF_ASYNC = "async-hotpath-step3-2026-11-27.json"
+# The fourth step (fewer calls; where the uncontended gap is: the server's CPU column is
+# the server process's from this run on).
+STEP4_SYNC = "locks-hotpath-step4-2026-11-27.json"
 
 OURS_COLOR = "#c0392b"
 PEER_COLOR = "#7f8c8d"
@@ -102,7 +105,8 @@ def footer(fig: Figure, name: str, data: dict[str, Any], note: str = "") -> None
     machine = data.get("machine", {})
     facts = [f"benchmarks/results/{name}"]
     if machine.get("git_commit"):
-        facts.append(f"commit {machine['git_commit']}")
+        dirty = " + uncommitted changes" if machine.get("engine_uncommitted_changes") else ""
+        facts.append(f"commit {machine['git_commit']}{dirty}")
     if machine.get("python"):
         facts.append(f"Python {machine['python']}")
     if machine.get("redis_server"):
@@ -251,6 +255,12 @@ BEFORE_AFTER = {
 }
 
 
+def _tree(info: dict[str, Any]) -> str:
+    """A ``--baseline`` run's tree as its commit, marked when it had uncommitted changes."""
+    dirty = " + uncommitted changes" if info.get("uncommitted_package_changes") else ""
+    return f"{info.get('commit', '?')}{dirty}"
+
+
 def before_after(name: str, title: str) -> Figure:
     """``ours@current`` ÷ ``ours@baseline`` of a ``--baseline`` run, measure by measure."""
     data = load(name)
@@ -281,9 +291,45 @@ def before_after(name: str, title: str) -> Figure:
     ax.set_title(title, fontsize=11, loc="left")
     commits = data.get("baseline", {})
     note = (
-        f"before: {commits.get('baseline', {}).get('commit', '?')}, after: "
-        f"{commits.get('current', {}).get('commit', '?')}, each in a spawned process of its "
+        f"before: {_tree(commits.get('baseline', {}))}, after: "
+        f"{_tree(commits.get('current', {}))}, each in a spawned process of its "
         "own, interleaved in one run; critical sections per second shown inverted."
+    )
+    footer(fig, name, data, note)
+    fig.tight_layout()
+    return fig
+
+
+def gap_to_floor(name: str) -> Figure:
+    """Each library's uncontended operation over the floor's: its client CPU and the
+    server's CPU (the Redis process's, per operation) stacked, the p50 as a tick."""
+    data = load(name)
+    rows = section(data, name, "uncontended", "rows")
+    if "floor" not in rows:
+        raise ResultError(f"{name}: no floor row in the uncontended experiment")
+    floor = rows["floor"]
+    keys = [k for k in rows if k != "floor" and "@" not in k]
+    labels = [display(rows[k]["label"]) for k in keys]
+    client = [rows[k]["client_cpu_p50_us"] - floor["client_cpu_p50_us"] for k in keys]
+    server = [rows[k]["redis_cpu_us_per_op"] - floor["redis_cpu_us_per_op"] for k in keys]
+    wall = [rows[k]["p50_us"] - floor["p50_us"] for k in keys]
+    ys = list(range(len(keys)))
+    fig, ax = plt.subplots(figsize=(8, 1.8 + 0.42 * len(keys)))
+    ax.barh(ys, client, height=0.62, color="#e67e22", label="client CPU", zorder=2)
+    starts = [max(0.0, c) for c in client]
+    ax.barh(ys, server, left=starts, height=0.62, color="#2980b9", label="server CPU", zorder=2)
+    ax.scatter(wall, ys, marker="|", s=160, color="black", zorder=3, label="p50")
+    for y, c, sv, w in zip(ys, client, server, wall, strict=True):
+        text = f"client {c:+.0f}, server {sv:+.0f}, p50 {w:+.0f} µs"
+        label_bar(ax, max(starts[y] + max(sv, 0.0), w), y, text)
+    ax.axvline(0.0, color="black", linewidth=0.8, zorder=3)
+    style_rows(ax, ys, labels)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_xlabel("µs per create + acquire + release over the floor's (lower is better)")
+    ax.set_title("Uncontended: where each library's time over the floor goes", loc="left")
+    note = (
+        f"floor: SET NX PX + compare-and-delete, p50 {floor['p50_us']:.0f} µs; in-process rows "
+        "of one run; server CPU = the Redis process's CPU per operation (INFO cpu)."
     )
     footer(fig, name, data, note)
     fig.tight_layout()
@@ -473,6 +519,8 @@ CHARTS: dict[str, Callable[[], Figure]] = {
     "handoff-async.svg": lambda: before_after(
         HANDOFF_ASYNC, "Hand-off release, third step: asyncio"
     ),
+    "step4-sync.svg": lambda: before_after(STEP4_SYNC, "Fewer calls, fourth step: sync"),
+    "gap-to-floor.svg": lambda: gap_to_floor(STEP4_SYNC),
 }
 
 

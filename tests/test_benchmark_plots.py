@@ -53,6 +53,8 @@ def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: 
         "hotpath-async.svg": (plot.HOTPATH_ASYNC, "after ÷ before"),
         "handoff-sync.svg": (plot.HANDOFF_SYNC, "after ÷ before"),
         "handoff-async.svg": (plot.HANDOFF_ASYNC, "after ÷ before"),
+        "step4-sync.svg": (plot.STEP4_SYNC, "after ÷ before"),
+        "gap-to-floor.svg": (plot.STEP4_SYNC, "over the floor"),
     }
     assert set(plot.CHARTS) == set(sources)
     for filename, (result, unit) in sources.items():
