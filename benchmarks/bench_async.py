@@ -290,9 +290,8 @@ def usable(libs: list[str], notes: dict[str, str]) -> list[str]:
 
 
 async def _aredis_cpu(r: Any) -> float:
-    """The server process's CPU seconds so far (INFO cpu: user + system)."""
-    info = await r.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    """:func:`bench_locks.cpu_seconds` of an asyncio client's server."""
+    return B.cpu_seconds(await r.info("cpu"))
 
 
 async def uncontended_ops(

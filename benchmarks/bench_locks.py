@@ -722,9 +722,13 @@ def _commands_processed(r: redis.Redis) -> int:
     return int(r.info("stats")["total_commands_processed"])
 
 
-def _redis_cpu(r: redis.Redis) -> float:
-    info = r.info("cpu")
+def cpu_seconds(info: dict[str, Any]) -> float:
+    """The server process's CPU seconds so far, from its ``INFO cpu`` (user + system)."""
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _redis_cpu(r: redis.Redis) -> float:
+    return cpu_seconds(r.info("cpu"))
 
 
 def run_measured(

@@ -28,12 +28,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from call_timing import configure  # noqa: E402
+import bench_locks as B  # noqa: E402
 
 ONE_HASH_ACQUIRE = r"""
 local L = KEYS[1]
@@ -70,32 +69,6 @@ COMPARE_AND_DELETE = (
 )
 
 
-def our_calls(client: Any) -> list[tuple[Any, ...]]:
-    """The EVALSHA arguments of one acquire and one release of our Lock, recorded."""
-    from django_redislock import locks
-
-    lock = locks.lock("diag:model:ours", ttl=30, auto_renew=False)
-    lock.acquire()  # once unrecorded: loads the scripts
-    lock.release()
-    calls: list[tuple[Any, ...]] = []
-    real = client.execute_command
-
-    def record(*args: Any, **options: Any) -> Any:
-        if args[0] == "EVALSHA":
-            calls.append(args[1:])
-        return real(*args, **options)
-
-    client.execute_command = record
-    try:
-        lock.acquire()
-        lock.release()
-    finally:
-        del client.execute_command
-    if len(calls) != 2:
-        raise SystemExit(f"expected 2 scripts per acquire + release, saw {len(calls)}")
-    return calls
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=400)
@@ -105,13 +78,11 @@ def main() -> None:
 
     server = RedisServer()
     try:
-        configure(server.url)
+        B.configure(server.url)
         import redis
 
-        from django_redislock import locks
-
-        ours_client = locks.backend().client
-        acquire_args, release_args = our_calls(ours_client)
+        recorded = B.OursRawScripts("diag:model:ours")  # our two calls, as the Lock sends them
+        acquire_args, release_args = recorded.acq_args, recorded.rel_args
         r = redis.Redis.from_url(server.url)
         cad = r.register_script(COMPARE_AND_DELETE)
         acquire = r.script_load(ONE_HASH_ACQUIRE)

@@ -82,6 +82,9 @@ class KeySpace:
         if any(ch in prefix for ch in "{}|"):
             raise ValueError("REDISLOCK_KEY_PREFIX must not contain '{', '}' or '|'")
         self.prefix = prefix
+        #: The start of every wake-up hub's pub/sub channel name (a process token
+        #: follows); every blocking acquire asks for its hub by it.
+        self.wake_prefix = f"{prefix}:wake:"
         self._lock_head = f"{prefix}:{{"
         self._cache: dict[str, LockKeys] = {}
 
@@ -104,11 +107,6 @@ class KeySpace:
             waiters=f"{p}:waiters:{tag}",
             holders=f"{p}:holders:{tag}",
         )
-
-    @property
-    def wake_prefix(self) -> str:
-        """The start of every wake-up hub's pub/sub channel name (a process token follows)."""
-        return f"{self.prefix}:wake:"
 
     def match_pattern(self, name_prefix: str = "") -> str:
         """A SCAN ``MATCH`` pattern for lock keys whose name starts with *name_prefix*."""

@@ -36,7 +36,7 @@ class Mutex:
     in the lock's own script: a redelivered copy of a completed Celery task is told so
     by the acquire it makes anyway, atomically with the grant."""
 
-    __slots__ = ("barge", "parent", "completion", "completion_ms", "_acquire_tail", "_run_keys")
+    __slots__ = ("barge", "parent", "completion", "completion_ms", "_acquire_tail")
 
     primitive = "mutex"
     #: ``HolderInfo.mode`` of such a hold.
@@ -54,9 +54,6 @@ class Mutex:
         #: The run whose completion record the calls read and write ("": none).
         self.completion = completion
         self.completion_ms = completion_ms
-        #: (lock keys, this run's keys): made once, not on every call (a run's kind is
-        #: its Lock's own).
-        self._run_keys: tuple[LockKeys, tuple[bytes, ...]] | None = None
         tail: tuple[bytes | str, ...] = ()
         if parent:
             tail = (b"1" if barge else b"", parent)
@@ -66,14 +63,11 @@ class Mutex:
 
     def keys(self, lock_keys: LockKeys) -> tuple[bytes, ...]:
         """The keys of the acquire, release and cancel calls (the others take the first);
-        a fifth, the completion record's, for a run with one."""
-        if not self.completion:
-            return lock_keys.all
-        made = self._run_keys
-        if made is None or made[0] is not lock_keys:
-            record = lock_keys.completion(self.completion).encode()
-            made = self._run_keys = (lock_keys, (*lock_keys.all, record))
-        return made[1]
+        a fifth, the completion record's, for a run with one. (A Lock asks once per key
+        set and keeps them: see ``Lock._call_keys``.)"""
+        if self.completion:
+            return (*lock_keys.all, lock_keys.completion(self.completion).encode())
+        return lock_keys.all
 
     def known_name(self, name: str) -> str:
         """The name the client counts its owners' holds under."""

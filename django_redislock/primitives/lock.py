@@ -326,7 +326,7 @@ class Lock:
         if made_up:
             # What the client knows of its holds, the kind's own first ("n", or a read's
             # or write's "n|m"): a hold in Redis beyond it is an orphan (see KnownHolds).
-            prefix = self._known_prefix()
+            prefix = backend.keyspace.prefix
             counted = self._kind.known_names(self.name)
             if len(counted) == 1:  # a mutex's, a permit's
                 known = count_arg(known_holds.get((prefix, counted[0], owner)))

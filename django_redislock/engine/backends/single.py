@@ -7,7 +7,6 @@ used by the cluster backend on each node).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,8 +49,6 @@ class SingleBackend(_Single):
     ) -> None:
         super().__init__(client, keyspace, retention_ms, wait_timeout_ms=wait_timeout_ms)
         make_fork_safe(client)
-        #: (pid, this process's hub): every blocking acquire asks for it.
-        self._hub: tuple[int, WakeHub] | None = None
 
     def run(self, call: Call) -> Any:
         """Run *call* with EVALSHA (loading the script on NOSCRIPT); with
@@ -112,12 +109,8 @@ class SingleBackend(_Single):
         return [server.scripting_refusal(self.client, self.keyspace)]
 
     def hub(self) -> WakeHub:
-        """This process's wake-up hub for the client's connection pool (a forked child
-        has hubs of its own)."""
-        cached = self._hub
-        if cached is None or cached[0] != os.getpid():
-            cached = self._hub = (os.getpid(), hub_for(self.client, self.keyspace.wake_prefix))
-        return cached[1]
+        """This process's wake-up hub for the client's connection pool."""
+        return hub_for(self.client, self.keyspace.wake_prefix)
 
 
 class AsyncSingleBackend(AsyncBackendState, _Single):
