@@ -34,6 +34,11 @@ class TcpProxy:
         self.blackholed = False
         #: Seconds each server reply is held back (a slow network).
         self.reply_delay = 0.0
+        #: Chunks of bytes forwarded each way: a client's requests sent before it
+        #: waits for a reply (a pipeline) arrive together, so ``requests`` counts the
+        #: round trips a client started (on loopback, for requests of a few KiB).
+        self.requests = 0
+        self.replies = 0
         self._conns: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -107,6 +112,11 @@ class TcpProxy:
                             self.dropped += 1
                     if drop:
                         break
+                with self._lock:
+                    if is_reply:
+                        self.replies += 1
+                    else:
+                        self.requests += 1
                 dst.sendall(data)
         except OSError:
             pass

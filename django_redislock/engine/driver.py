@@ -8,7 +8,7 @@ when the flow ends, however it ends.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import flows
@@ -17,7 +17,7 @@ from .flows import HUB_READY, SENDS, SUBSCRIBE, AcquireOp, Flow, Listen, Park, g
 
 if TYPE_CHECKING:
     from .awakeup import AsyncWaiter, AsyncWakeHub
-    from .backends.base import AsyncBackend, Backend
+    from .backends.base import AsyncBackend, Backend, BatchingAsyncBackend
     from .wakeup import Waiter, WakeHub
 
 
@@ -45,6 +45,35 @@ async def call_async(call: Call, backend: AsyncBackend) -> Any:
         except AmbiguousReply as exc:
             if sent == SENDS:
                 raise give_up(call, exc) from exc.cause
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def call_many_sync(calls: Sequence[Call], backend: Backend) -> list[Any]:
+    """Run *calls* in one round trip (``backend.run_many``): each reply, or the
+    LockBackendError it raised. A batch whose replies were lost is sent once more, as
+    :func:`call_sync` does with one call (every call carries its nonce, so a repeat
+    counts once); then it raises LockBackendError, named after the first call."""
+    for sent in range(1, SENDS + 1):
+        try:
+            return backend.run_many(calls)
+        except AmbiguousReply as exc:
+            if sent == SENDS:
+                raise give_up(calls[0], exc) from exc.cause
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def call_many_async(calls: Sequence[Call], backend: BatchingAsyncBackend) -> list[Any]:
+    """:func:`call_many_sync` for asyncio."""
+    swallowed = _swallowed_cancel_check()
+    for sent in range(1, SENDS + 1):
+        try:
+            replies = await backend.run_many(calls)
+            if swallowed():
+                raise asyncio.CancelledError()
+            return replies
+        except AmbiguousReply as exc:
+            if sent == SENDS:
+                raise give_up(calls[0], exc) from exc.cause
     raise AssertionError("unreachable")  # pragma: no cover
 
 

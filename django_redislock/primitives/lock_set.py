@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.validate import validate_name, validate_wait
 from ..exceptions import LockNotAcquired
+from . import at_once
+from .event_loop import refuse_in_event_loop
+from .lock import _start_clock
 
 if TYPE_CHECKING:
     from .lock import Lock
@@ -112,20 +115,24 @@ class LockSet:
         """Take every lock, in order; True when all are held. When one cannot be had in
         time, those taken are released (newest first) and False is returned."""
         blocking, deadline = self._policy(blocking, timeout)
+        if blocking:
+            refuse_in_event_loop(self.names[0], "lock_many's acquire()", "aacquire()")
         taken: list[Lock] = []
         try:
-            for lock in self.locks:
-                if not lock.acquire(**self._wait(blocking, deadline)):
-                    self.missed = lock.name
-                    break
-                taken.append(lock)
-            else:
-                self.missed = None
-                return True
+            start = self._take_at_once(taken, blocking)
+            if start is not None:
+                for lock in self.locks[start:]:
+                    if not lock.acquire(**self._wait(blocking, deadline)):
+                        self.missed = lock.name
+                        break
+                    taken.append(lock)
+                else:
+                    self.missed = None
+                    return True
         except BaseException:
-            _log_all([_outcome(lock.release) for lock in reversed(taken)])
+            _log_all(self._give_back(taken[::-1]))
             raise
-        _raise_first([_outcome(lock.release) for lock in reversed(taken)])
+        _raise_first(self._give_back(taken[::-1]))
         return False
 
     async def aacquire(self, blocking: bool | None = None, timeout: float | None = _UNSET) -> bool:
@@ -133,28 +140,96 @@ class LockSet:
         blocking, deadline = self._policy(blocking, timeout)
         taken: list[Lock] = []
         try:
-            for lock in self.locks:
-                if not await lock.aacquire(**self._wait(blocking, deadline)):
-                    self.missed = lock.name
-                    break
-                taken.append(lock)
-            else:
-                self.missed = None
-                return True
+            start = await self._atake_at_once(taken, blocking)
+            if start is not None:
+                for lock in self.locks[start:]:
+                    if not await lock.aacquire(**self._wait(blocking, deadline)):
+                        self.missed = lock.name
+                        break
+                    taken.append(lock)
+                else:
+                    self.missed = None
+                    return True
         except BaseException:
-            _log_all(await _aoutcomes([lock.arelease for lock in reversed(taken)]))
+            _log_all(await self._agive_back(taken[::-1]))
             raise
-        _raise_first(await _aoutcomes([lock.arelease for lock in reversed(taken)]))
+        _raise_first(await self._agive_back(taken[::-1]))
         return False
+
+    def _take_at_once(self, taken: list[Lock], blocking: bool) -> int | None:
+        """One attempt at every lock in one round trip, where the backend allows (see
+        :mod:`.at_once`): what it got goes to *taken*; returns the index of the lock to
+        go on from one by one (0 when nothing was tried), or None when the set is not
+        acquired (see :meth:`_go_on_from`)."""
+        backend = at_once.batch_backend(self.locks)
+        if backend is None:
+            return 0
+        got = at_once.take_sync(self.locks, backend, _start_clock())
+        taken.extend(got.kept)
+        if self._waits_after(got, blocking):
+            _raise_first(at_once.release_sync(got.surplus[::-1], backend, at_once.released))
+        else:
+            taken.extend(got.surplus)
+        return self._go_on_from(got, blocking)
+
+    async def _atake_at_once(self, taken: list[Lock], blocking: bool) -> int | None:
+        """:meth:`_take_at_once` for asyncio."""
+        backend = at_once.abatch_backend(self.locks)
+        if backend is None:
+            return 0
+        got = await at_once.take_async(self.locks, backend, _start_clock())
+        taken.extend(got.kept)
+        if self._waits_after(got, blocking):
+            surplus = got.surplus[::-1]
+            _raise_first(await at_once.release_async(surplus, backend, at_once.released))
+        else:
+            taken.extend(got.surplus)
+        return self._go_on_from(got, blocking)
+
+    @staticmethod
+    def _waits_after(got: at_once.Taken, blocking: bool) -> bool:
+        """Whether the set waits after the attempts of *got* with locks granted out of
+        order, which it gives back first (else they go back with the rest, if the set
+        is not acquired: one round trip for all)."""
+        return bool(got.surplus) and got.error is None and blocking
+
+    def _go_on_from(self, got: at_once.Taken, blocking: bool) -> int | None:
+        """Where the one-by-one acquire goes on after the attempts of *got* (raising
+        their error): past the end when all were granted; None when one was not and the
+        set does not wait (that was its one attempt at each lock: :attr:`missed` says
+        which failed)."""
+        if got.error is not None:
+            raise got.error
+        if got.missed is None:
+            return len(self.locks)
+        if not blocking:
+            self.missed = self.names[got.missed]
+            return None
+        return got.missed
 
     def release(self) -> None:
         """Release one hold of every lock, newest first (each is tried; the first error
         is raised once all were)."""
-        _raise_first([_outcome(lock.release) for lock in reversed(self.locks)])
+        _raise_first(self._give_back(self.locks[::-1]))
 
     async def arelease(self) -> None:
         """:meth:`release` for asyncio."""
-        _raise_first(await _aoutcomes([lock.arelease for lock in reversed(self.locks)]))
+        _raise_first(await self._agive_back(self.locks[::-1]))
+
+    def _give_back(self, locks: Sequence[Lock]) -> list[Exception | None]:
+        """Release one hold of each of *locks* (in that order: newest first), in one
+        round trip where the backend allows; what each raised, or None."""
+        backend = at_once.batch_backend(locks)
+        if backend is None:
+            return [_outcome(lock.release) for lock in locks]
+        return at_once.release_sync(locks, backend, at_once.released)
+
+    async def _agive_back(self, locks: Sequence[Lock]) -> list[Exception | None]:
+        """:meth:`_give_back` for asyncio."""
+        backend = at_once.abatch_backend(locks)
+        if backend is None:
+            return await _aoutcomes([lock.arelease for lock in locks])
+        return await at_once.release_async(locks, backend, at_once.released)
 
     # -- with / async with --------------------------------------------------------
 
@@ -183,7 +258,13 @@ class LockSet:
         tb: TracebackType | None,
     ) -> None:
         # Each lock's own end of block (LockLost when it was lost meanwhile), newest first.
-        steps = [partial(lock.__exit__, exc_type, exc, tb) for lock in reversed(self.locks)]
+        newest_first = self.locks[::-1]
+        backend = at_once.batch_backend(newest_first)
+        if backend is not None:
+            step = partial(at_once.ended, exc_type)
+            _raise_first(at_once.release_sync(newest_first, backend, step))
+            return
+        steps = [partial(lock.__exit__, exc_type, exc, tb) for lock in newest_first]
         _raise_first([_outcome(step) for step in steps])
 
     async def __aexit__(
@@ -192,7 +273,13 @@ class LockSet:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        steps = [partial(lock.__aexit__, exc_type, exc, tb) for lock in reversed(self.locks)]
+        newest_first = self.locks[::-1]
+        backend = at_once.abatch_backend(newest_first)
+        if backend is not None:
+            step = partial(at_once.ended, exc_type)
+            _raise_first(await at_once.release_async(newest_first, backend, step))
+            return
+        steps = [partial(lock.__aexit__, exc_type, exc, tb) for lock in newest_first]
         _raise_first(await _aoutcomes(steps))
 
     def __repr__(self) -> str:

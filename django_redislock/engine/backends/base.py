@@ -106,6 +106,14 @@ class AsyncBackend(Protocol):
         """Close the connections (the hub's too)."""
 
 
+class BatchingAsyncBackend(AsyncBackend, Protocol):
+    """An asyncio backend that also runs several calls in one round trip (one Redis:
+    ``AsyncSingleBackend``)."""
+
+    async def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Run *calls* in one round trip; see :meth:`Backend.run_many`."""
+
+
 class BackendState:
     """What every backend holds: its client, key layout, fence retention and WAIT timeout."""
 

@@ -107,10 +107,11 @@ def failure(exc: BaseException, call: Call) -> Exception:
     return backend_error(exc, call.action, call.name)
 
 
-def _as_result(exc: Exception) -> Exception:
-    """A failure as one result of a batch: NotReplicated as it is, else a LockBackendError."""
+def _as_result(exc: Exception, call: Call) -> Exception:
+    """A failure of *call* as one result of a batch: NotReplicated as it is, else a
+    LockBackendError."""
     if isinstance(exc, AmbiguousReply):
-        return backend_error(exc.cause, "renew the locks", None)
+        return backend_error(exc.cause, call.action, call.name)
     return exc
 
 
@@ -296,7 +297,7 @@ class ClusterBackend(_Cluster):
         try:
             groups = self._by_node([call.keys[0] for call in calls])
         except _ERRORS as exc:
-            raise backend_error(exc, "renew the locks", None) from exc
+            raise backend_error(exc, calls[0].action, None) from exc
         results: list[Any] = [None] * len(calls)
         for node, indices in groups:
             batch = [calls[i] for i in indices]
@@ -318,7 +319,7 @@ class ClusterBackend(_Cluster):
             try:
                 results[i] = self._run(calls[i], pauses)
             except (AmbiguousReply, LockBackendError, NotReplicated) as exc:
-                results[i] = _as_result(exc)
+                results[i] = _as_result(exc, calls[i])
         return results
 
     def scan_page(self, pattern: str, cursor: str, count: int) -> tuple[str, list[str]]:

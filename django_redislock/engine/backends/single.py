@@ -127,6 +127,16 @@ class AsyncSingleBackend(AsyncBackendState, _Single):
         except RedisError as exc:
             raise call_error(exc, call) from exc
 
+    async def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """:meth:`SingleBackend.run_many` on asyncio."""
+        if not calls:
+            return []
+        try:
+            results, acks = await server.apipelined(self.client, calls, self.wait_timeout_ms)
+        except RedisError as exc:
+            raise call_error(exc, calls[0]) from exc
+        return server.batch_results(calls, results, acks)
+
     async def _run_replicated(self, call: Call) -> Any:
         try:
             results, acks = await server.apipelined(self.client, [call], self.wait_timeout_ms)

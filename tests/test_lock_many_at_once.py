@@ -1,0 +1,247 @@
+"""``lock_many`` in one round trip: a set whose locks are free is taken with one batch of
+attempts and released with one batch of releases (primitives/at_once.py), on a real
+Redis reached through a real TCP proxy that counts the request bursts a client sends
+(a pipeline arrives as one; one call at a time, each waits for its reply first).
+
+Around the common case: a busy lock keeps the order (the granted prefix is kept, what
+was granted after it is given back before the set waits, and the set queues behind
+earlier waiters); a refusal or a lost reply leaves nothing held and nothing counted
+twice; an asyncio set cancelled mid-batch gives back what the batch got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from django_redislock import LockManager, LockMismatch, LockNotAcquired, signals
+from tests.holding import queued, wait_until
+from tests.tcp_proxy import TcpProxy
+
+
+@pytest.fixture
+def proxy(redis_client: redis.Redis) -> Iterator[TcpProxy]:
+    proxy = TcpProxy(redis_client.connection_pool.connection_kwargs["port"])
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def counted(proxy: TcpProxy) -> LockManager:
+    """A manager whose every call goes through the counting proxy."""
+    return LockManager(url=f"{proxy.url}?socket_timeout=10")
+
+
+def _sent(proxy: TcpProxy) -> int:
+    return proxy.requests
+
+
+def test_a_free_set_costs_one_round_trip_to_take_and_one_to_release(
+    counted: LockManager, proxy: TcpProxy, name: str
+) -> None:
+    names = [f"{name}:{i}" for i in range(4)]
+    with counted.lock_many(names, ttl=30):  # warm: connection made, scripts loaded
+        pass
+    before = _sent(proxy)
+    with counted.lock_many(names, ttl=30) as held:
+        assert _sent(proxy) - before == 1
+        assert all(held.fencing_tokens.values())
+        assert [info.owner for info in counted.get_many(names)] == [held[n].owner for n in names]
+        inside = _sent(proxy)
+    assert _sent(proxy) - inside == 1
+    assert counted.get_many(names) == []
+    # A lock at a time, as before: four round trips each way.
+    before = _sent(proxy)
+    for n in names:
+        with counted.lock(n, ttl=30):
+            pass
+    assert _sent(proxy) - before == 8
+
+
+def test_asyncio_a_free_set_costs_one_round_trip_each_way(
+    counted: LockManager, proxy: TcpProxy, name: str
+) -> None:
+    names = [f"{name}:{i}" for i in range(3)]
+
+    async def main() -> None:
+        try:
+            async with counted.lock_many(names, ttl=30):
+                pass
+            before = _sent(proxy)
+            async with counted.lock_many(names, ttl=30) as held:
+                assert _sent(proxy) - before == 1
+                assert len(await counted.aget_many(names)) == 3
+                assert all(held.fencing_tokens.values())
+                inside = _sent(proxy)
+            assert _sent(proxy) - inside == 1
+            assert await counted.aget_many(names) == []
+        finally:
+            await counted.source.abackend().aclose()
+
+    asyncio.run(main())
+
+
+def test_a_busy_lock_keeps_the_prefix_gives_back_the_rest_and_waits_in_line(
+    name: str, redis_client: redis.Redis
+) -> None:
+    from django_redislock import locks
+
+    a, b, c = f"{name}:a", f"{name}:b", f"{name}:c"
+    holder = locks.lock(b, owner="holder", ttl=30)
+    assert holder.acquire()
+    earlier = locks.lock(b, owner="earlier", ttl=30)
+    before: list[bool] = []
+    waiting = threading.Thread(target=lambda: before.append(earlier.acquire(timeout=10)))
+    waiting.start()
+    wait_until(lambda: queued(redis_client, b) == 1)
+
+    group = locks.lock_many([c, b, a], ttl=30, timeout=10, owner="the set")
+    result: list[Any] = []
+    taker = threading.Thread(target=lambda: result.append(group.acquire()))
+    taker.start()
+    wait_until(lambda: queued(redis_client, b) == 2)
+    # While it waits: the lock before the busy one is the set's, the one after is free.
+    assert [info.name for info in locks.get_many([a, c])] == [a]
+    assert locks.get_many([a])[0].owner == group[a].owner
+    holder.release()  # the earlier waiter first (FIFO), then the set
+    waiting.join(10)
+    assert before == [True] and [i.owner for i in locks.get_many([b])] == ["earlier"]
+    assert queued(redis_client, b) == 1 and not result
+    earlier.release()
+    taker.join(10)
+    assert result == [True]
+    assert {info.name: info.owner for info in locks.get_many([a, b, c])} == {
+        n: group[n].owner for n in (a, b, c)
+    }
+    group.release()
+    assert locks.get_many([a, b, c]) == []
+
+
+def test_a_set_that_does_not_wait_makes_one_attempt_at_each_lock(
+    counted: LockManager, proxy: TcpProxy, name: str
+) -> None:
+    names = [f"{name}:1", f"{name}:2", f"{name}:3"]
+    with counted.lock_many(names, ttl=30):
+        pass
+    other = counted.lock(f"{name}:2", owner="other", ttl=30)
+    assert other.acquire()
+    group = counted.lock_many(names, ttl=30, blocking=False)
+    before = _sent(proxy)
+    assert not group.acquire()
+    # One batch of attempts, one batch giving back the two granted around the busy one.
+    assert _sent(proxy) - before == 2
+    assert group.missed == f"{name}:2"
+    assert [info.owner for info in counted.get_many(names)] == ["other"]
+    with pytest.raises(LockNotAcquired, match=f"{name}:2"):
+        with counted.lock_many(names, ttl=30, timeout=0):
+            pytest.fail("entered without every lock")
+    other.release()
+
+
+def test_a_name_in_use_as_another_primitive_is_refused_and_nothing_is_held(name: str) -> None:
+    from django_redislock import locks
+
+    names = [f"{name}:1", f"{name}:2", f"{name}:3"]
+    permit = locks.semaphore(f"{name}:2", 2, ttl=30)
+    assert permit.acquire()
+    try:
+        with pytest.raises(LockMismatch, match="semaphore"):
+            with locks.lock_many(names, ttl=30, timeout=1):
+                pytest.fail("entered a set with a semaphore's name in it")
+        infos = locks.get_many(names)
+        assert [(info.name, info.primitive) for info in infos] == [(f"{name}:2", "semaphore")]
+    finally:
+        permit.release()
+
+
+def test_signals_tell_each_lock_of_the_set_once(name: str, redis_client: redis.Redis) -> None:
+    from django_redislock import locks
+
+    names = [f"{name}:1", f"{name}:2"]
+    busy = locks.lock(f"{name}:2", owner="busy", ttl=30)
+    assert busy.acquire()
+    acquired: list[str] = []
+    refused: list[str] = []
+
+    def on_acquired(sender: Any, name: str, owner: str, **_: Any) -> None:
+        acquired.append(name)
+
+    def on_refused(sender: Any, name: str, owner: str, **_: Any) -> None:
+        refused.append(name)
+
+    signals.lock_acquired.connect(on_acquired)
+    signals.lock_not_acquired.connect(on_refused)
+    try:
+        group = locks.lock_many(names, ttl=30, timeout=10, owner="the set")
+        done: list[bool] = []
+        taker = threading.Thread(target=lambda: done.append(group.acquire()))
+        taker.start()
+        wait_until(lambda: queued(redis_client, f"{name}:2") == 1)
+        busy.release()
+        taker.join(10)
+        assert done == [True]
+        group.release()
+    finally:
+        signals.lock_acquired.disconnect(on_acquired)
+        signals.lock_not_acquired.disconnect(on_refused)
+    # The batch's refused attempt at the busy lock is no outcome of the set: its wait is.
+    assert acquired == [f"{name}:1", f"{name}:2"]
+    assert refused == []
+
+
+def test_a_batch_whose_reply_was_lost_is_sent_again_and_counts_once(
+    counted: LockManager, proxy: TcpProxy, name: str
+) -> None:
+    """A real fault: the proxy swallows the batch's reply and cuts the connection; the
+    batch is sent again with the same nonces, so each lock is held once."""
+    names = [f"{name}:1", f"{name}:2", f"{name}:3"]
+    with counted.lock_many(names, ttl=30):
+        pass
+    group = counted.lock_many(names, ttl=30, timeout=5)
+    proxy.drop_next_replies(1)
+    assert group.acquire()
+    assert proxy.dropped == 1
+    infos = counted.get_many(names)
+    assert [info.hold_count for info in infos] == [1, 1, 1]
+    group.release()
+    assert counted.get_many(names) == []
+
+
+def test_asyncio_a_set_cancelled_mid_batch_gives_back_what_it_got(
+    counted: LockManager, proxy: TcpProxy, name: str
+) -> None:
+    """Cancelled while the batch's reply is held back by the proxy (a slow network):
+    whatever the batch was granted is found and given back in the background."""
+    names = [f"{name}:1", f"{name}:2", f"{name}:3"]
+
+    async def main() -> None:
+        try:
+            async with counted.lock_many(names, ttl=30):
+                pass
+            proxy.reply_delay = 0.3
+            sent = _sent(proxy)
+            task = asyncio.ensure_future(counted.lock_many(names, ttl=30).aacquire())
+            deadline = time.monotonic() + 5
+            while _sent(proxy) == sent:  # the batch is on its way
+                assert time.monotonic() < deadline, "the batch was never sent"
+                await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            proxy.reply_delay = 0.0
+            deadline = time.monotonic() + 10
+            while await counted.aget_many(names):
+                assert time.monotonic() < deadline, "the batch's grants were never given back"
+                await asyncio.sleep(0.02)
+        finally:
+            await counted.source.abackend().aclose()
+
+    asyncio.run(main())
