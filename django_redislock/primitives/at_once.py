@@ -16,11 +16,11 @@ A fair lock with waiters refuses the attempt as it refuses any acquire (no bargi
 so the set then queues for it in order like everybody else. Releasing the set goes in
 one round trip too, newest first.
 
-Locks with ``wait_replicas``, Redlock, and (on asyncio) a Redis Cluster go one lock at
-a time. Every decision is the Lock's own: its acquire op, reply decoding and
-bookkeeping (``_acquire_op``, ``AcquireOp.decode``, ``_settle_acquire``) and its
-release's (``_release_call``, ``_release_unconfirmed``, ``_settle_release``,
-``_end_block``); this module only batches their calls.
+Locks with ``wait_replicas``, and Redlock, go one lock at a time. Every decision is the
+Lock's own: its acquire op, reply decoding and bookkeeping (``_acquire_op``,
+``AcquireOp.decode``, ``_settle_acquire``) and its release's (``_release_call``,
+``_release_unconfirmed``, ``_settle_release``, ``_end_block``); this module only batches
+their calls.
 """
 
 from __future__ import annotations

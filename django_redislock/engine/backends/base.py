@@ -107,8 +107,8 @@ class AsyncBackend(Protocol):
 
 
 class BatchingAsyncBackend(AsyncBackend, Protocol):
-    """An asyncio backend that also runs several calls in one round trip (one Redis:
-    ``AsyncSingleBackend``)."""
+    """An asyncio backend that also runs several calls in one round trip (one Redis, or
+    one per node of a Cluster; not Redlock's)."""
 
     async def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Run *calls* in one round trip; see :meth:`Backend.run_many`."""

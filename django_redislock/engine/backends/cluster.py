@@ -107,6 +107,29 @@ def failure(exc: BaseException, call: Call) -> Exception:
     return backend_error(exc, call.action, call.name)
 
 
+def _to_rerun(results: Sequence[Any]) -> tuple[list[int], bool]:
+    """The indices of a batch's results to run again one by one (their slot moved or is
+    moving), and whether the slot map may be out of date (learn it before)."""
+    redo = [i for i, r in enumerate(results) if isinstance(r, _SLOT_ERRORS)]
+    return redo, any(isinstance(r, MovedError) or _stale_cause(r) for r in results)
+
+
+def _failed(batch: Sequence[Call], exc: RedisError) -> list[Any]:
+    """The outcomes of a node's batch that failed as a whole (each call may have run)."""
+    return [backend_error(exc, c.action, c.name) for c in batch]
+
+
+def _in_call_order(
+    size: int, groups: Sequence[tuple[Any, list[int]]], answers: Sequence[list[Any]]
+) -> list[Any]:
+    """The outcomes of each node's batch (*answers*, one list per group) in call order."""
+    results: list[Any] = [None] * size
+    for (_node, indices), outcomes in zip(groups, answers, strict=True):
+        for i, outcome in zip(indices, outcomes, strict=True):
+            results[i] = outcome
+    return results
+
+
 def _as_result(exc: Exception, call: Call) -> Exception:
     """A failure of *call* as one result of a batch: NotReplicated as it is, else a
     LockBackendError."""
@@ -298,21 +321,19 @@ class ClusterBackend(_Cluster):
             groups = self._by_node([call.keys[0] for call in calls])
         except _ERRORS as exc:
             raise backend_error(exc, calls[0].action, None) from exc
-        results: list[Any] = [None] * len(calls)
+        answers = []
         for node, indices in groups:
             batch = [calls[i] for i in indices]
             try:
                 raw, acks = server.pipelined(self._node_client(node), batch, self.wait_timeout_ms)
-                outcomes = self._batch(batch, raw, acks)
+                answers.append(self._batch(batch, raw, acks))
             except RedisError as exc:  # the node failed (or failed over): each call did
-                outcomes = [backend_error(exc, c.action, c.name) for c in batch]
-            for i, outcome in zip(indices, outcomes, strict=True):
-                results[i] = outcome
-        return self._rerun(calls, results)
+                answers.append(_failed(batch, exc))
+        return self._rerun(calls, _in_call_order(len(calls), groups, answers))
 
     def _rerun(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
-        redo = [i for i, r in enumerate(results) if isinstance(r, _SLOT_ERRORS)]
-        if any(isinstance(r, MovedError) or _stale_cause(r) for r in results):
+        redo, stale = _to_rerun(results)
+        if stale:
             self._refresh()  # for the reruns, and for the next batch
         pauses = retry_pauses(self.retry_window)
         for i in redo:
@@ -410,7 +431,9 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
 
     async def run(self, call: Call) -> Any:
         """:meth:`ClusterBackend.run`, awaitable."""
-        pauses = retry_pauses(self.retry_window, call.deadline)
+        return await self._run(call, retry_pauses(self.retry_window, call.deadline))
+
+    async def _run(self, call: Call, pauses: Iterator[float]) -> Any:
         routed = False
         while True:
             try:
@@ -426,6 +449,39 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
                 if pause is None:
                     raise failure(exc, call) from exc
             await asyncio.sleep(pause)
+
+    async def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """:meth:`ClusterBackend.run_many`, awaitable: the nodes' batches go at once."""
+        try:
+            await self._ready()
+            groups = self._by_node([call.keys[0] for call in calls])
+        except _ERRORS as exc:
+            raise backend_error(exc, calls[0].action, None) from exc
+
+        async def node_batch(node: Any, indices: list[int]) -> list[Any]:
+            batch = [calls[i] for i in indices]
+            try:
+                client = self._node_client(node)
+                raw, acks = await server.apipelined(client, batch, self.wait_timeout_ms)
+            except RedisError as exc:  # the node failed (or failed over): each call did
+                return _failed(batch, exc)
+            return self._batch(batch, raw, acks)
+
+        answers = await asyncio.gather(*(node_batch(node, i) for node, i in groups))
+        results = _in_call_order(len(calls), groups, answers)
+        redo, stale = _to_rerun(results)
+        if stale:
+            try:
+                await self.client.nodes_manager.initialize()
+            except _ERRORS:
+                pass  # a failing cluster may not answer: learn it next time
+        pauses = retry_pauses(self.retry_window)
+        for i in redo:
+            try:
+                results[i] = await self._run(calls[i], pauses)
+            except (AmbiguousReply, LockBackendError, NotReplicated) as exc:
+                results[i] = _as_result(exc, calls[i])
+        return results
 
     async def _run_once(self, call: Call, routed: bool) -> Any:
         """:meth:`ClusterBackend._run_once`, awaitable."""
