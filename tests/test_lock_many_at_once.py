@@ -245,3 +245,31 @@ def test_asyncio_a_set_cancelled_mid_batch_gives_back_what_it_got(
             await counted.source.abackend().aclose()
 
     asyncio.run(main())
+
+
+def test_redlock_and_wait_replicas_sets_go_one_lock_at_a_time(masters: list[Any]) -> None:
+    """Not batched (a Redlock grant needs a majority; a grant waiting for replicas is
+    settled call by call): the set still takes every lock and gives every one back."""
+    from django_redislock.primitives import at_once
+    from tests.replication import ReplicatedPair
+
+    names = ["many:1", "many:2", "many:3"]
+    redlock = LockManager(redlock_caches=[s.url for s in masters])
+    group = redlock.lock_many(names, ttl=30, timeout=5)
+    assert at_once.batch_backend(group.locks) is None
+    with group as held:
+        assert all(held.fencing_tokens.values())
+        assert len(redlock.get_many(names)) == 3
+    assert redlock.get_many(names) == []
+
+    pair = ReplicatedPair(through_proxy=False)
+    try:
+        primary = LockManager(url=f"redis://127.0.0.1:{pair.primary.port}/0")
+        group = primary.lock_many(names, ttl=30, timeout=5, wait_replicas=1)
+        assert at_once.batch_backend(group.locks) is None
+        with group:
+            replica_keys = pair.replica_client.keys("redislock:{many:*}")
+            assert len(replica_keys) == 3  # each grant reached the replica before returning
+        assert primary.get_many(names) == []
+    finally:
+        pair.stop()

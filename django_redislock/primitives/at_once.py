@@ -116,8 +116,9 @@ def settle(
     error: Exception | None = None
     for index, (attempt, reply) in enumerate(zip(made, replies, strict=True)):
         try:
-            if isinstance(reply, LockBackendError):
-                attempt.lock._backend_error(attempt.op.owner, "acquire", reply)
+            if isinstance(reply, Exception):  # this call failed (a LockBackendError)
+                if isinstance(reply, LockBackendError):
+                    attempt.lock._backend_error(attempt.op.owner, "acquire", reply)
                 raise reply
             outcome = attempt.op.decode(reply)
         except Exception as exc:  # this lock's refusal or failure
@@ -199,8 +200,9 @@ def released(release: Release, reply: Any, holder: Any) -> None:
     """What Redis's *reply* to *release* means, as :meth:`Lock.release` reads it (raises
     its LockBackendError or LockNotOwned); *holder*: the lock's snapshot after a refusal."""
     lock = release.lock
-    if isinstance(reply, LockBackendError):
-        lock._release_unconfirmed(release.owner, release.made_up, False, reply)
+    if isinstance(reply, Exception):  # this call failed (a LockBackendError)
+        if isinstance(reply, LockBackendError):
+            lock._release_unconfirmed(release.owner, release.made_up, False, reply)
         raise reply
     lock._settle_release(release.owner, release.made_up, False, int(reply), holder)
 
