@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from django_redislock import LockManager, LockMismatch, LockNotAcquired, signals
+from django_redislock.engine.scripts import claim_script
 from tests.holding import queued, wait_until
 from tests.tcp_proxy import TcpProxy
 
@@ -273,3 +274,31 @@ def test_redlock_and_wait_replicas_sets_go_one_lock_at_a_time(masters: list[Any]
         assert primary.get_many(names) == []
     finally:
         pair.stop()
+
+
+def test_after_waiting_for_a_busy_lock_the_locks_after_it_go_at_once(
+    counted: LockManager, proxy: TcpProxy, redis_client: redis.Redis, name: str
+) -> None:
+    from django_redislock import locks  # the blocker's calls do not go through the proxy
+
+    names = [f"{name}:{x}" for x in "abcd"]
+    with counted.lock_many(names, ttl=30):
+        pass
+    counted.source.backend().hub().wait_ready()  # the wake-up subscription is made
+    redis_client.script_load(claim_script.source)  # as after any earlier hand-off
+    blocker = locks.lock(names[1], owner="blocker", ttl=30)
+    assert blocker.acquire()
+    group = counted.lock_many(names, ttl=30, timeout=10, owner="the set", auto_renew=False)
+    done: list[bool] = []
+    taker = threading.Thread(target=lambda: done.append(group.acquire()))
+    taker.start()
+    wait_until(lambda: queued(redis_client, names[1]) == 1)
+    before = _sent(proxy)
+    blocker.release()  # handed to the set
+    taker.join(10)
+    assert done == [True]
+    # The claim of the lock handed over, then one batch for the two locks after it.
+    assert _sent(proxy) - before == 2
+    assert [info.owner for info in counted.get_many(names)] == ["the set"] * 4
+    group.release()
+    assert counted.get_many(names) == []

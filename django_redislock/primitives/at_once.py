@@ -10,7 +10,8 @@ set first sends one attempt for every lock at once, none of which queues:
 * otherwise the locks granted before the first refused one are kept (a prefix of the
   order), those granted after it are given back at once (held out of order while the
   set waits, they could deadlock with another set that holds the refused lock and
-  waits for them), and the set goes on one lock at a time from the refused one.
+  waits for them), and the set waits for the refused one; once it holds it, the locks
+  after it get one attempt each at once again, and so on.
 
 A fair lock with waiters refuses the attempt as it refuses any acquire (no barging),
 so the set then queues for it in order like everybody else. Releasing the set goes in

@@ -119,16 +119,9 @@ class LockSet:
             refuse_in_event_loop(self.names[0], "lock_many's acquire()", "aacquire()")
         taken: list[Lock] = []
         try:
-            start = self._take_at_once(taken, blocking)
-            if start is not None:
-                for lock in self.locks[start:]:
-                    if not lock.acquire(**self._wait(blocking, deadline)):
-                        self.missed = lock.name
-                        break
-                    taken.append(lock)
-                else:
-                    self.missed = None
-                    return True
+            if self._take_all(taken, blocking, deadline):
+                self.missed = None
+                return True
         except BaseException:
             _log_all(self._give_back(taken[::-1]))
             raise
@@ -140,51 +133,79 @@ class LockSet:
         blocking, deadline = self._policy(blocking, timeout)
         taken: list[Lock] = []
         try:
-            start = await self._atake_at_once(taken, blocking)
-            if start is not None:
-                for lock in self.locks[start:]:
-                    if not await lock.aacquire(**self._wait(blocking, deadline)):
-                        self.missed = lock.name
-                        break
-                    taken.append(lock)
-                else:
-                    self.missed = None
-                    return True
+            if await self._atake_all(taken, blocking, deadline):
+                self.missed = None
+                return True
         except BaseException:
             _log_all(await self._agive_back(taken[::-1]))
             raise
         _raise_first(await self._agive_back(taken[::-1]))
         return False
 
-    def _take_at_once(self, taken: list[Lock], blocking: bool) -> int | None:
-        """One attempt at every lock in one round trip, where the backend allows (see
-        :mod:`.at_once`): what it got goes to *taken*; returns the index of the lock to
-        go on from one by one (0 when nothing was tried), or None when the set is not
-        acquired (see :meth:`_go_on_from`)."""
-        backend = at_once.batch_backend(self.locks)
+    def _take_all(self, taken: list[Lock], blocking: bool, deadline: float | None) -> bool:
+        """Take the locks in order, into *taken*: the locks left in one attempt each at
+        once (see :meth:`_take_at_once`), then a wait for the first one not granted, and
+        so on; False (and :attr:`missed` set) when one could not be had in time."""
+        start: int | None = 0
+        while start is not None and start < len(self.locks):
+            start = self._take_at_once(start, taken, blocking)
+            if start is None or start == len(self.locks):
+                break
+            lock = self.locks[start]
+            if not lock.acquire(**self._wait(blocking, deadline)):
+                self.missed = lock.name
+                return False
+            taken.append(lock)
+            start += 1
+        return start is not None
+
+    async def _atake_all(self, taken: list[Lock], blocking: bool, deadline: float | None) -> bool:
+        """:meth:`_take_all` for asyncio."""
+        start: int | None = 0
+        while start is not None and start < len(self.locks):
+            start = await self._atake_at_once(start, taken, blocking)
+            if start is None or start == len(self.locks):
+                break
+            lock = self.locks[start]
+            if not await lock.aacquire(**self._wait(blocking, deadline)):
+                self.missed = lock.name
+                return False
+            taken.append(lock)
+            start += 1
+        return start is not None
+
+    def _take_at_once(self, start: int, taken: list[Lock], blocking: bool) -> int | None:
+        """One attempt at each lock from *start* on, all in one round trip, where the
+        backend allows (see :mod:`.at_once`); what they got goes to *taken*. Returns the
+        index of the lock to wait for next (*start* when nothing was tried; the number
+        of locks when all are held), or None when the set is not acquired (see
+        :meth:`_go_on_from`)."""
+        rest = self.locks[start:]
+        backend = at_once.batch_backend(rest)
         if backend is None:
-            return 0
-        got = at_once.take_sync(self.locks, backend, _start_clock())
+            return start
+        got = at_once.take_sync(rest, backend, _start_clock())
         taken.extend(got.kept)
         if self._waits_after(got, blocking):
             _raise_first(at_once.release_sync(got.surplus[::-1], backend, at_once.released))
         else:
             taken.extend(got.surplus)
-        return self._go_on_from(got, blocking)
+        return self._go_on_from(got, start, blocking)
 
-    async def _atake_at_once(self, taken: list[Lock], blocking: bool) -> int | None:
+    async def _atake_at_once(self, start: int, taken: list[Lock], blocking: bool) -> int | None:
         """:meth:`_take_at_once` for asyncio."""
-        backend = at_once.abatch_backend(self.locks)
+        rest = self.locks[start:]
+        backend = at_once.abatch_backend(rest)
         if backend is None:
-            return 0
-        got = await at_once.take_async(self.locks, backend, _start_clock())
+            return start
+        got = await at_once.take_async(rest, backend, _start_clock())
         taken.extend(got.kept)
         if self._waits_after(got, blocking):
             surplus = got.surplus[::-1]
             _raise_first(await at_once.release_async(surplus, backend, at_once.released))
         else:
             taken.extend(got.surplus)
-        return self._go_on_from(got, blocking)
+        return self._go_on_from(got, start, blocking)
 
     @staticmethod
     def _waits_after(got: at_once.Taken, blocking: bool) -> bool:
@@ -193,19 +214,19 @@ class LockSet:
         is not acquired: one round trip for all)."""
         return bool(got.surplus) and got.error is None and blocking
 
-    def _go_on_from(self, got: at_once.Taken, blocking: bool) -> int | None:
-        """Where the one-by-one acquire goes on after the attempts of *got* (raising
-        their error): past the end when all were granted; None when one was not and the
-        set does not wait (that was its one attempt at each lock: :attr:`missed` says
-        which failed)."""
+    def _go_on_from(self, got: at_once.Taken, start: int, blocking: bool) -> int | None:
+        """Where the acquire goes on after the attempts of *got* at the locks from
+        *start* on (raising their error): the lock to wait for; past the end when all
+        were granted; None when one was not and the set does not wait (that was its one
+        attempt at each lock: :attr:`missed` says which failed)."""
         if got.error is not None:
             raise got.error
         if got.missed is None:
             return len(self.locks)
         if not blocking:
-            self.missed = self.names[got.missed]
+            self.missed = self.names[start + got.missed]
             return None
-        return got.missed
+        return start + got.missed
 
     def release(self) -> None:
         """Release one hold of every lock, newest first (each is tried; the first error
