@@ -48,6 +48,9 @@ HANDOFF_ASYNC = "async-hotpath-step3-2026-11-27.json"
 # The fourth step (fewer calls; where the uncontended gap is: the server's CPU column is
 # the server process's from this run on).
 STEP4_SYNC = "locks-hotpath-step4-2026-11-27.json"
+# bench_lock_many.py, this tree and a worktree of the commit before (issue 23, fifth step)
+LOCK_MANY_AFTER = "lock-many-after-2026-11-27-1.json"
+LOCK_MANY_BEFORE = "lock-many-before-2026-11-27-1.json"
 
 OURS_COLOR = "#c0392b"
 PEER_COLOR = "#7f8c8d"
@@ -504,6 +507,48 @@ def rwlock(name: str = PRIMITIVES) -> Figure:
     )
 
 
+#: bench_lock_many.py's rows, as the chart names them.
+LOCK_MANY_ROWS = {
+    "floor": "floor: two pipelines",
+    "ours": "ours: lock_many",
+    "ours@before": "ours: lock_many before",
+    "ours_one_by_one": "ours: one Lock at a time",
+    "redispy": "redis-py Lock, one at a time",
+    "prl": "python-redis-lock, one at a time",
+}
+
+
+def lock_many(after: str = LOCK_MANY_AFTER, before: str = LOCK_MANY_BEFORE) -> Figure:
+    """One ``with`` block over k free locks, per library, for each k; our ``lock_many``
+    of the run *before* (a worktree of the previous commit) beside it."""
+    data, old = load(after), load(before)
+    sizes = section(data, after, "sizes")
+    fig, axes = plt.subplots(len(sizes), 1, figsize=(8, 1.0 + 2.2 * len(sizes)), sharex=True)
+    for ax, (size, rows) in zip(axes, sizes.items(), strict=True):
+        rows = {**rows, "ours@before": section(old, before, "sizes", size, "ours")}
+        keys = [k for k in LOCK_MANY_ROWS if k in rows]
+        labels = [display(LOCK_MANY_ROWS[k]) for k in keys]
+        values = [rows[k]["p50_us"] for k in keys]
+        colors = bar_colors([(k, LOCK_MANY_ROWS[k]) for k in keys])
+        ys = list(range(len(keys)))
+        ax.barh(ys, values, color=colors, height=0.62, zorder=2)
+        for y, key, value in zip(ys, keys, values, strict=True):
+            trips = rows[key]["round_trips"]
+            label_bar(ax, value, y, f"{value:.0f} µs, {trips} round trips")
+        style_rows(ax, ys, labels)
+        ax.set_title(f"{size} locks", loc="left", fontsize=9.5)
+    axes[-1].set_xlabel("p50 of one with-block over free locks (µs, lower is better)")
+    fig.suptitle("Several locks at once: lock_many in two round trips", x=0.01, ha="left")
+    commit = old.get("machine", {}).get("git_commit", "?")
+    note = (
+        f"'before': the same script run in a worktree of commit {commit} "
+        f"(benchmarks/results/{before})."
+    )
+    footer(fig, after, data, note)
+    fig.tight_layout()
+    return fig
+
+
 #: Output file name -> chart builder.
 CHARTS: dict[str, Callable[[], Figure]] = {
     "uncontended.svg": lambda: latency("uncontended"),
@@ -521,6 +566,7 @@ CHARTS: dict[str, Callable[[], Figure]] = {
     ),
     "step4-sync.svg": lambda: before_after(STEP4_SYNC, "Fewer calls, fourth step: sync"),
     "gap-to-floor.svg": lambda: gap_to_floor(STEP4_SYNC),
+    "lock-many.svg": lock_many,
 }
 
 

@@ -55,6 +55,7 @@ def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: 
         "handoff-async.svg": (plot.HANDOFF_ASYNC, "after ÷ before"),
         "step4-sync.svg": (plot.STEP4_SYNC, "after ÷ before"),
         "gap-to-floor.svg": (plot.STEP4_SYNC, "over the floor"),
+        "lock-many.svg": (plot.LOCK_MANY_AFTER, "round trips"),
     }
     assert set(plot.CHARTS) == set(sources)
     for filename, (result, unit) in sources.items():
