@@ -7,6 +7,9 @@ timeout covers every lock, and when a lock cannot be had in time the ones alread
 taken are given back, newest first. On a Redis Cluster each name is in its own slot
 and each lock is taken there; nothing needs the names to share a slot.
 
+Free locks are taken in one round trip, and a set is released in one (see
+:mod:`.at_once`); a busy lock is waited for as one :class:`Lock` waits.
+
 The order only protects callers that take their locks through ``lock_many``: a lock
 held by hand while calling it, outside the order, can still deadlock with another
 caller.

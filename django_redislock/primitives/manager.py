@@ -328,7 +328,8 @@ class LockManager:
     def lock_many(self, names: Sequence[str], **options: Any) -> LockSet:
         """Several locks taken together, all or none, in one global order (no deadlock
         between callers): ``with locks.lock_many(["account:1", "account:2"], ttl=30,
-        timeout=10) as held:``. The *options* are :class:`Lock`'s; see
+        timeout=10) as held:``; free locks are taken in one round trip, and released
+        in one. The *options* are :class:`Lock`'s; see
         :class:`~django_redislock.primitives.lock_set.LockSet`."""
         from .lock_set import LockSet
 
