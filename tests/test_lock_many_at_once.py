@@ -302,3 +302,43 @@ def test_after_waiting_for_a_busy_lock_the_locks_after_it_go_at_once(
     assert [info.owner for info in counted.get_many(names)] == ["the set"] * 4
     group.release()
     assert counted.get_many(names) == []
+
+
+def test_a_set_that_does_not_wait_tells_the_missed_lock_s_receivers_once(name: str) -> None:
+    """Its one attempt at the busy lock is that lock's one-attempt acquire: contended and
+    not acquired, once each; the locks granted around it tell of their acquire."""
+    from django_redislock import locks
+
+    names = [f"{name}:1", f"{name}:2", f"{name}:3"]
+    busy = locks.lock(f"{name}:2", owner="busy", ttl=30)
+    assert busy.acquire()
+    heard: list[tuple[str, str]] = []
+
+    def listener(kind: str) -> Any:
+        def receive(sender: Any, name: str, owner: str, **_: Any) -> None:
+            if owner != "busy":
+                heard.append((kind, name))
+
+        return receive
+
+    receivers = {
+        signals.lock_acquired: listener("acquired"),
+        signals.lock_not_acquired: listener("not acquired"),
+        signals.lock_contended: listener("contended"),
+    }
+    for signal, receiver in receivers.items():
+        signal.connect(receiver)
+    try:
+        assert not locks.lock_many(names, ttl=30, blocking=False).acquire()
+    finally:
+        for signal, receiver in receivers.items():
+            signal.disconnect(receiver)
+        busy.release()
+    assert sorted(heard) == sorted(
+        [
+            ("acquired", f"{name}:1"),
+            ("acquired", f"{name}:3"),
+            ("contended", f"{name}:2"),
+            ("not acquired", f"{name}:2"),
+        ]
+    )

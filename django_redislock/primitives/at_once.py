@@ -40,7 +40,7 @@ from .refusals import UNREAD
 
 if TYPE_CHECKING:
     from ..engine.backends.base import Backend, BatchingAsyncBackend
-    from ..engine.calls import Call
+    from ..engine.calls import Attempt, Call
     from .lock import Lock
 
 
@@ -94,6 +94,9 @@ class Taken(NamedTuple):
     #: The first refusal or failure (a name of another primitive, a Redis error): the
     #: set gives back everything and raises it.
     error: Exception | None
+    #: The attempt at the first lock not granted, and what Redis answered (None when
+    #: all were granted, or a failure came first).
+    refused: tuple[LockAttempt, Attempt] | None
 
 
 def attempts(locks: Sequence[Lock], backend: Any) -> tuple[list[LockAttempt], list[Call]]:
@@ -115,6 +118,7 @@ def settle(
     surplus: list[Lock] = []
     missed: int | None = None
     error: Exception | None = None
+    refused: tuple[LockAttempt, Attempt] | None = None
     for index, (attempt, reply) in enumerate(zip(made, replies, strict=True)):
         try:
             if isinstance(reply, Exception):  # this call failed (a LockBackendError)
@@ -127,11 +131,24 @@ def settle(
             missed = index if missed is None else missed
             continue
         if not outcome.held:
-            missed = index if missed is None else missed
+            if missed is None:
+                missed, refused = index, (attempt, outcome)
             continue
         attempt.lock._settle_acquire(attempt.op, attempt.made_up, outcome, started, backend)
         (kept if missed is None else surplus).append(attempt.lock)
-    return Taken(kept, surplus, missed, error)
+    return Taken(kept, surplus, missed, error, refused)
+
+
+def tell_refused(got: Taken, started: float, backend: Backend | None) -> None:
+    """For a set that does not wait, its attempt at the lock it missed was that lock's
+    one attempt: tell ``lock_contended`` and ``lock_not_acquired`` receivers about it as
+    a one-attempt acquire does (a set that waits tells them when it waits)."""
+    if got.error is not None or got.refused is None:
+        return
+    attempt, outcome = got.refused
+    if attempt.op.on_contended is not None:
+        attempt.op.on_contended(outcome.value)
+    attempt.lock._settle_acquire(attempt.op, attempt.made_up, outcome, started, backend)
 
 
 def failed_batch(made: Sequence[LockAttempt], error: LockBackendError) -> None:

@@ -187,7 +187,10 @@ class LockSet:
         backend = at_once.batch_backend(rest)
         if backend is None:
             return start
-        got = at_once.take_sync(rest, backend, _start_clock())
+        started = _start_clock()
+        got = at_once.take_sync(rest, backend, started)
+        if not blocking:
+            at_once.tell_refused(got, started, backend)
         taken.extend(got.kept)
         if self._waits_after(got, blocking):
             _raise_first(at_once.release_sync(got.surplus[::-1], backend, at_once.released))
@@ -201,7 +204,10 @@ class LockSet:
         backend = at_once.abatch_backend(rest)
         if backend is None:
             return start
-        got = await at_once.take_async(rest, backend, _start_clock())
+        started = _start_clock()
+        got = await at_once.take_async(rest, backend, started)
+        if not blocking:
+            at_once.tell_refused(got, started, None)
         taken.extend(got.kept)
         if self._waits_after(got, blocking):
             surplus = got.surplus[::-1]
