@@ -342,3 +342,27 @@ def test_a_set_that_does_not_wait_tells_the_missed_lock_s_receivers_once(name: s
             ("not acquired", f"{name}:2"),
         ]
     )
+
+
+def test_a_receiver_that_raises_leaves_no_lock_of_the_set_held(name: str) -> None:
+    """A ``lock_acquired`` receiver raising while the batch's grants are recorded: the
+    error reaches the caller, and every lock the batch was granted is given back."""
+    from django_redislock import locks
+
+    names = [f"{name}:1", f"{name}:2", f"{name}:3"]
+
+    class Refused(Exception):
+        pass
+
+    def receiver(sender: Any, name: str, **_: Any) -> None:
+        if name.endswith(":2"):
+            raise Refused(name)
+
+    signals.lock_acquired.connect(receiver)
+    try:
+        with pytest.raises(Refused):
+            with locks.lock_many(names, ttl=30, timeout=1):
+                pytest.fail("entered although a receiver raised")
+    finally:
+        signals.lock_acquired.disconnect(receiver)
+    assert locks.get_many(names) == []

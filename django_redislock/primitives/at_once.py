@@ -83,11 +83,11 @@ class LockAttempt(NamedTuple):
 
 
 class Taken(NamedTuple):
-    """What a batch of attempts got, in the set's order."""
+    """What a batch of attempts got, in the set's order (every lock granted went to the
+    caller's list as it was settled: those before the first lock not granted are kept)."""
 
-    #: Granted, before the first lock that was not: the set keeps these.
-    kept: list[Lock]
-    #: Granted after it: the set gives these back before it waits.
+    #: Granted after the first lock that was not (the last ones of the caller's list):
+    #: the set gives these back before it waits.
     surplus: list[Lock]
     #: The index of the first lock not granted (None: all were).
     missed: int | None
@@ -110,11 +110,16 @@ def attempts(locks: Sequence[Lock], backend: Any) -> tuple[list[LockAttempt], li
 
 
 def settle(
-    made: Sequence[LockAttempt], replies: Sequence[Any], started: float, backend: Backend | None
+    made: Sequence[LockAttempt],
+    replies: Sequence[Any],
+    started: float,
+    backend: Backend | None,
+    taken: list[Lock],
 ) -> Taken:
     """Record each granted attempt as its Lock records an acquire (hold table, watchdog,
-    signal), in order; *backend*: the blocking one (None on asyncio)."""
-    kept: list[Lock] = []
+    signal), in order, adding its Lock to *taken* first: whatever is raised meanwhile (a
+    signal receiver's error), the caller gives back every lock granted;
+    *backend*: the blocking one (None on asyncio)."""
     surplus: list[Lock] = []
     missed: int | None = None
     error: Exception | None = None
@@ -134,9 +139,14 @@ def settle(
             if missed is None:
                 missed, refused = index, (attempt, outcome)
             continue
-        attempt.lock._settle_acquire(attempt.op, attempt.made_up, outcome, started, backend)
-        (kept if missed is None else surplus).append(attempt.lock)
-    return Taken(kept, surplus, missed, error, refused)
+        taken.append(attempt.lock)
+        if missed is not None:
+            surplus.append(attempt.lock)
+        try:
+            attempt.lock._settle_acquire(attempt.op, attempt.made_up, outcome, started, backend)
+        except Exception as exc:  # a receiver's: the set gives everything back, raising it
+            error = error or exc
+    return Taken(surplus, missed, error, refused)
 
 
 def tell_refused(got: Taken, started: float, backend: Backend | None) -> None:
@@ -157,18 +167,21 @@ def failed_batch(made: Sequence[LockAttempt], error: LockBackendError) -> None:
         attempt.lock._backend_error(attempt.op.owner, "acquire", error)
 
 
-def take_sync(locks: Sequence[Lock], backend: Backend, started: float) -> Taken:
-    """One attempt at every lock of *locks*, in one round trip."""
+def take_sync(locks: Sequence[Lock], backend: Backend, started: float, taken: list[Lock]) -> Taken:
+    """One attempt at every lock of *locks*, in one round trip; those granted go to
+    *taken* (see :func:`settle`)."""
     made, calls = attempts(locks, backend)
     try:
         replies = call_many_sync(calls, backend)
     except LockBackendError as error:
         failed_batch(made, error)
         raise
-    return settle(made, replies, started, backend)
+    return settle(made, replies, started, backend, taken)
 
 
-async def take_async(locks: Sequence[Lock], backend: BatchingAsyncBackend, started: float) -> Taken:
+async def take_async(
+    locks: Sequence[Lock], backend: BatchingAsyncBackend, started: float, taken: list[Lock]
+) -> Taken:
     """:func:`take_sync` for asyncio. Cancelled in flight, it finds out in the background
     which attempts were granted and gives those back (each Lock's own undo)."""
     made, calls = attempts(locks, backend)
@@ -180,7 +193,7 @@ async def take_async(locks: Sequence[Lock], backend: BatchingAsyncBackend, start
     except LockBackendError as error:
         failed_batch(made, error)
         raise
-    return settle(made, replies, started, None)
+    return settle(made, replies, started, None, taken)
 
 
 async def _undo_all(made: Sequence[LockAttempt], backend: BatchingAsyncBackend) -> None:

@@ -179,7 +179,9 @@ class LockSet:
 
     def _take_at_once(self, start: int, taken: list[Lock], blocking: bool) -> int | None:
         """One attempt at each lock from *start* on, all in one round trip, where the
-        backend allows (see :mod:`.at_once`); what they got goes to *taken*. Returns the
+        backend allows (see :mod:`.at_once`); what they got goes to *taken* (those
+        granted after a lock that was not are given back before the set waits, or with
+        the rest when it is not acquired). Returns the
         index of the lock to wait for next (*start* when nothing was tried; the number
         of locks when all are held), or None when the set is not acquired (see
         :meth:`_go_on_from`)."""
@@ -188,14 +190,12 @@ class LockSet:
         if backend is None:
             return start
         started = _start_clock()
-        got = at_once.take_sync(rest, backend, started)
+        got = at_once.take_sync(rest, backend, started, taken)
         if not blocking:
             at_once.tell_refused(got, started, backend)
-        taken.extend(got.kept)
         if self._waits_after(got, blocking):
+            del taken[-len(got.surplus) :]
             _raise_first(at_once.release_sync(got.surplus[::-1], backend, at_once.released))
-        else:
-            taken.extend(got.surplus)
         return self._go_on_from(got, start, blocking)
 
     async def _atake_at_once(self, start: int, taken: list[Lock], blocking: bool) -> int | None:
@@ -205,15 +205,13 @@ class LockSet:
         if backend is None:
             return start
         started = _start_clock()
-        got = await at_once.take_async(rest, backend, started)
+        got = await at_once.take_async(rest, backend, started, taken)
         if not blocking:
             at_once.tell_refused(got, started, None)
-        taken.extend(got.kept)
         if self._waits_after(got, blocking):
+            del taken[-len(got.surplus) :]
             surplus = got.surplus[::-1]
             _raise_first(await at_once.release_async(surplus, backend, at_once.released))
-        else:
-            taken.extend(got.surplus)
         return self._go_on_from(got, start, blocking)
 
     @staticmethod
