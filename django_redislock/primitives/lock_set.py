@@ -181,10 +181,9 @@ class LockSet:
         """One attempt at each lock from *start* on, all in one round trip, where the
         backend allows (see :mod:`.at_once`); what they got goes to *taken* (those
         granted after a lock that was not are given back before the set waits, or with
-        the rest when it is not acquired). Returns the
-        index of the lock to wait for next (*start* when nothing was tried; the number
-        of locks when all are held), or None when the set is not acquired (see
-        :meth:`_go_on_from`)."""
+        the rest when it is not acquired). Returns the index of the lock to wait for
+        next (*start* when nothing was tried; the number of locks when all are held), or
+        None when the set is not acquired (see :meth:`_go_on_from`)."""
         rest = self.locks[start:]
         backend = at_once.batch_backend(rest)
         if backend is None:
