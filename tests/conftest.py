@@ -12,6 +12,7 @@ from django.conf import settings
 from django_redislock import LockManager
 from tests.postgres_server import PostgresServer, postgres_binaries
 from tests.redis_server import RedisServer, redis_server_binary, server_version
+from tests.tcp_proxy import TcpProxy
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -65,3 +66,20 @@ def postgres() -> Iterator[PostgresServer]:
     server = PostgresServer(bindir)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def counting_proxy(redis_client: redis.Redis) -> Iterator[TcpProxy]:
+    """A TCP proxy in front of the test server; its ``requests`` counts the request
+    bursts clients send through it (the round trips they start: a pipeline is one)."""
+    proxy = TcpProxy(redis_client.connection_pool.connection_kwargs["port"])
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def counted(counting_proxy: TcpProxy) -> LockManager:
+    """A manager whose every call goes through ``counting_proxy``."""
+    return LockManager(url=f"{counting_proxy.url}?socket_timeout=10")

@@ -47,35 +47,35 @@ def install() -> list[str]:
 # Every function below is a DELIBERATE FAULT, installed only when a test asks for it.
 
 
-def _replace_admit(make: Any) -> None:
-    """Replace the rate's decision (functions, views and tasks) with *make(real)*."""
-    from django_redislock.celery import shaping as celery_shaping
+def _replace_decision(make: Any) -> None:
+    """Replace the reading of ADMIT's answer (functions, views and tasks, whether ADMIT
+    had a round trip of its own or shared the lock attempt's) with *make(real)*."""
     from django_redislock.guards import shaping
 
-    shaping.admit = celery_shaping.admit = make(shaping.admit)
+    shaping.start_refusal = make(shaping.start_refusal)
 
 
 def _rate_admits_all() -> None:
     def admits_all(real: Any) -> Any:
-        return lambda config, lock: None  # deliberate fault: no start is ever refused
+        return lambda reply, name: None  # deliberate fault: no start is ever refused
 
-    _replace_admit(admits_all)
+    _replace_decision(admits_all)
 
 
 def _rate_wastes_starts() -> None:
     from django_redislock.guards.shaping import Refusal
 
     def wastes(real: Any) -> Any:
-        def admit(config: Any, lock: Any) -> Any:
-            refusal = real(config, lock)
+        def decide(reply: Any, name: str) -> Any:
+            refusal = real(reply, name)
             if refusal is None and random.random() < 0.5:
                 # deliberate fault: the start was counted in the window, then refused
-                return Refusal("rate", 0.05, 0, lock.name)
+                return Refusal("rate", 0.05, 0, name)
             return refusal
 
-        return admit
+        return decide
 
-    _replace_admit(wastes)
+    _replace_decision(wastes)
 
 
 def _cooldown_not_set() -> None:

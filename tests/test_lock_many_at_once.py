@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,49 +25,34 @@ from tests.holding import queued, wait_until
 from tests.tcp_proxy import TcpProxy
 
 
-@pytest.fixture
-def proxy(redis_client: redis.Redis) -> Iterator[TcpProxy]:
-    proxy = TcpProxy(redis_client.connection_pool.connection_kwargs["port"])
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-
-
-@pytest.fixture
-def counted(proxy: TcpProxy) -> LockManager:
-    """A manager whose every call goes through the counting proxy."""
-    return LockManager(url=f"{proxy.url}?socket_timeout=10")
-
-
 def _sent(proxy: TcpProxy) -> int:
     return proxy.requests
 
 
 def test_a_free_set_costs_one_round_trip_to_take_and_one_to_release(
-    counted: LockManager, proxy: TcpProxy, name: str
+    counted: LockManager, counting_proxy: TcpProxy, name: str
 ) -> None:
     names = [f"{name}:{i}" for i in range(4)]
     with counted.lock_many(names, ttl=30):  # warm: connection made, scripts loaded
         pass
-    before = _sent(proxy)
+    before = _sent(counting_proxy)
     with counted.lock_many(names, ttl=30) as held:
-        assert _sent(proxy) - before == 1
+        assert _sent(counting_proxy) - before == 1
         assert all(held.fencing_tokens.values())
         assert [info.owner for info in counted.get_many(names)] == [held[n].owner for n in names]
-        inside = _sent(proxy)
-    assert _sent(proxy) - inside == 1
+        inside = _sent(counting_proxy)
+    assert _sent(counting_proxy) - inside == 1
     assert counted.get_many(names) == []
     # A lock at a time, as before: four round trips each way.
-    before = _sent(proxy)
+    before = _sent(counting_proxy)
     for n in names:
         with counted.lock(n, ttl=30):
             pass
-    assert _sent(proxy) - before == 8
+    assert _sent(counting_proxy) - before == 8
 
 
 def test_asyncio_a_free_set_costs_one_round_trip_each_way(
-    counted: LockManager, proxy: TcpProxy, name: str
+    counted: LockManager, counting_proxy: TcpProxy, name: str
 ) -> None:
     names = [f"{name}:{i}" for i in range(3)]
 
@@ -76,13 +60,13 @@ def test_asyncio_a_free_set_costs_one_round_trip_each_way(
         try:
             async with counted.lock_many(names, ttl=30):
                 pass
-            before = _sent(proxy)
+            before = _sent(counting_proxy)
             async with counted.lock_many(names, ttl=30) as held:
-                assert _sent(proxy) - before == 1
+                assert _sent(counting_proxy) - before == 1
                 assert len(await counted.aget_many(names)) == 3
                 assert all(held.fencing_tokens.values())
-                inside = _sent(proxy)
-            assert _sent(proxy) - inside == 1
+                inside = _sent(counting_proxy)
+            assert _sent(counting_proxy) - inside == 1
             assert await counted.aget_many(names) == []
         finally:
             await counted.source.abackend().aclose()
@@ -127,7 +111,7 @@ def test_a_busy_lock_keeps_the_prefix_gives_back_the_rest_and_waits_in_line(
 
 
 def test_a_set_that_does_not_wait_makes_one_attempt_at_each_lock(
-    counted: LockManager, proxy: TcpProxy, name: str
+    counted: LockManager, counting_proxy: TcpProxy, name: str
 ) -> None:
     names = [f"{name}:1", f"{name}:2", f"{name}:3"]
     with counted.lock_many(names, ttl=30):
@@ -135,10 +119,10 @@ def test_a_set_that_does_not_wait_makes_one_attempt_at_each_lock(
     other = counted.lock(f"{name}:2", owner="other", ttl=30)
     assert other.acquire()
     group = counted.lock_many(names, ttl=30, blocking=False)
-    before = _sent(proxy)
+    before = _sent(counting_proxy)
     assert not group.acquire()
     # One batch of attempts, one batch giving back the two granted around the busy one.
-    assert _sent(proxy) - before == 2
+    assert _sent(counting_proxy) - before == 2
     assert group.missed == f"{name}:2"
     assert [info.owner for info in counted.get_many(names)] == ["other"]
     with pytest.raises(LockNotAcquired, match=f"{name}:2"):
@@ -199,17 +183,17 @@ def test_signals_tell_each_lock_of_the_set_once(name: str, redis_client: redis.R
 
 
 def test_a_batch_whose_reply_was_lost_is_sent_again_and_counts_once(
-    counted: LockManager, proxy: TcpProxy, name: str
+    counted: LockManager, counting_proxy: TcpProxy, name: str
 ) -> None:
-    """A real fault: the proxy swallows the batch's reply and cuts the connection; the
+    """A real fault: the counting_proxy swallows the batch's reply and cuts the connection; the
     batch is sent again with the same nonces, so each lock is held once."""
     names = [f"{name}:1", f"{name}:2", f"{name}:3"]
     with counted.lock_many(names, ttl=30):
         pass
     group = counted.lock_many(names, ttl=30, timeout=5)
-    proxy.drop_next_replies(1)
+    counting_proxy.drop_next_replies(1)
     assert group.acquire()
-    assert proxy.dropped == 1
+    assert counting_proxy.dropped == 1
     infos = counted.get_many(names)
     assert [info.hold_count for info in infos] == [1, 1, 1]
     group.release()
@@ -217,9 +201,9 @@ def test_a_batch_whose_reply_was_lost_is_sent_again_and_counts_once(
 
 
 def test_asyncio_a_set_cancelled_mid_batch_gives_back_what_it_got(
-    counted: LockManager, proxy: TcpProxy, name: str
+    counted: LockManager, counting_proxy: TcpProxy, name: str
 ) -> None:
-    """Cancelled while the batch's reply is held back by the proxy (a slow network):
+    """Cancelled while the batch's reply is held back by the counting_proxy (a slow network):
     whatever the batch was granted is found and given back in the background."""
     names = [f"{name}:1", f"{name}:2", f"{name}:3"]
 
@@ -227,17 +211,17 @@ def test_asyncio_a_set_cancelled_mid_batch_gives_back_what_it_got(
         try:
             async with counted.lock_many(names, ttl=30):
                 pass
-            proxy.reply_delay = 0.3
-            sent = _sent(proxy)
+            counting_proxy.reply_delay = 0.3
+            sent = _sent(counting_proxy)
             task = asyncio.ensure_future(counted.lock_many(names, ttl=30).aacquire())
             deadline = time.monotonic() + 5
-            while _sent(proxy) == sent:  # the batch is on its way
+            while _sent(counting_proxy) == sent:  # the batch is on its way
                 assert time.monotonic() < deadline, "the batch was never sent"
                 await asyncio.sleep(0.005)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            proxy.reply_delay = 0.0
+            counting_proxy.reply_delay = 0.0
             deadline = time.monotonic() + 10
             while await counted.aget_many(names):
                 assert time.monotonic() < deadline, "the batch's grants were never given back"
@@ -277,9 +261,9 @@ def test_redlock_and_wait_replicas_sets_go_one_lock_at_a_time(masters: list[Any]
 
 
 def test_after_waiting_for_a_busy_lock_the_locks_after_it_go_at_once(
-    counted: LockManager, proxy: TcpProxy, redis_client: redis.Redis, name: str
+    counted: LockManager, counting_proxy: TcpProxy, redis_client: redis.Redis, name: str
 ) -> None:
-    from django_redislock import locks  # the blocker's calls do not go through the proxy
+    from django_redislock import locks  # the blocker's calls do not go through the counting_proxy
 
     names = [f"{name}:{x}" for x in "abcd"]
     with counted.lock_many(names, ttl=30):
@@ -293,12 +277,12 @@ def test_after_waiting_for_a_busy_lock_the_locks_after_it_go_at_once(
     taker = threading.Thread(target=lambda: done.append(group.acquire()))
     taker.start()
     wait_until(lambda: queued(redis_client, names[1]) == 1)
-    before = _sent(proxy)
+    before = _sent(counting_proxy)
     blocker.release()  # handed to the set
     taker.join(10)
     assert done == [True]
     # The claim of the lock handed over, then one batch for the two locks after it.
-    assert _sent(proxy) - before == 2
+    assert _sent(counting_proxy) - before == 2
     assert [info.owner for info in counted.get_many(names)] == ["the set"] * 4
     group.release()
     assert counted.get_many(names) == []

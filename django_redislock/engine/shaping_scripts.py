@@ -20,16 +20,20 @@ from __future__ import annotations
 
 from .scripts import _CLOCK, Script
 
-# KEYS[1]: rate set, KEYS[2]: cooldown key.
-# ARGV[1]: limit (0: no rate limit), ARGV[2]: window (ms), ARGV[3]: this start's nonce.
+# KEYS[1]: rate set, KEYS[2]: cooldown key; KEYS[3] (optional): the guard's lock hash.
+# ARGV[1]: limit (0: no rate limit), ARGV[2]: window (ms), ARGV[3]: this start's nonce;
+# ARGV[4] (with KEYS[3]): the lock's owner.
 # Returns {1, count} when the start is admitted (count: starts in the window, this
 # one included; a repeated call with the same nonce is admitted again, uncounted),
 # or {0, reason, wait_ms, count}: reason 'cooldown' or 'rate', wait_ms until a start
-# could be admitted.
+# could be admitted; with KEYS[3], {2} (nothing counted) when the owner does not hold
+# the lock: sent in the round trip of the lock's acquire attempt, the start counts only
+# if that attempt was granted.
 _ADMIT = (
     r"""
 local R, C = KEYS[1], KEYS[2]
 local limit, window, nonce = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+if KEYS[3] and redis.call('HGET', KEYS[3], 'owner') ~= ARGV[4] then return {2} end
 """
     + _CLOCK
     + r"""

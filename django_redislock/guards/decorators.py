@@ -39,8 +39,8 @@ from .guard import DEFAULT, GuardConfig, holder_text, not_acquired, retry_after,
 from .keys_template import ARGS, KeySpec
 from .shaping import (
     Shaping,
-    aadmit_held,
-    admit_held,
+    aacquire_admitted,
+    acquire_admitted,
     afinish,
     check_coalesce,
     check_debounce,
@@ -223,9 +223,8 @@ def _sync_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[...
             owner = secrets.token_hex(16)
         lock = _call_lock(config, name, owner, request)
         try:
-            acquired = config.acquire(lock, wait=config.on_locked == "wait")
+            acquired, refusal = acquire_admitted(config, lock, wait=config.on_locked == "wait")
             info = None if acquired else config.lock_manager().get(name)
-            refusal = admit_held(config, lock) if acquired else None
         except LockBackendError as error:
             if request is None:
                 raise
@@ -316,9 +315,9 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
         owner = _call_owner(config, args, kwargs) or secrets.token_hex(16)
         lock = _call_lock(config, name, owner, request)
         try:
-            acquired = await config.aacquire(lock, wait=config.on_locked == "wait")
+            wait = config.on_locked == "wait"
+            acquired, refusal = await aacquire_admitted(config, lock, wait=wait)
             info = None if acquired else await config.lock_manager().aget(name)
-            refusal = await aadmit_held(config, lock) if acquired else None
         except LockBackendError as error:
             if request is None:
                 raise

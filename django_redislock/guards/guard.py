@@ -149,6 +149,10 @@ class GuardConfig:
         """:meth:`acquire` for asyncio."""
         return await lock.aacquire(timeout=self._wait(wait))
 
+    def attempts_once(self, wait: bool) -> bool:
+        """Whether one call makes one attempt at its lock (``timeout=0``, unless *wait*)."""
+        return self._wait(wait) == 0
+
     def _wait(self, wait: bool) -> float | None:
         """How long one call waits: ``timeout``, where 0 means one attempt, unless *wait*."""
         if wait and self.timeout == 0:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,9 +46,12 @@ from ..engine.identity import new_nonce
 from ..engine.shaping_scripts import ADMIT, COOL
 from ..engine.shaping_state import ShapingState, decode_state, shaping_key, state_call
 from ..exceptions import LockBackendError, LockError, RunLimited, ShapingUnsupported
+from ..primitives import at_once
+from ..primitives.lock import _start_clock
 
 if TYPE_CHECKING:
     from ..engine.backends.base import AsyncBackend, Backend
+    from ..primitives.at_once import LockAttempt
     from ..primitives.lock import Lock
     from .guard import GuardConfig
 
@@ -60,7 +64,9 @@ __all__ = [
     "Shaping",
     "ShapingState",
     "ShapingUnsupported",
+    "aacquire_admitted",
     "aadmit",
+    "acquire_admitted",
     "check_coalesce",
     "check_debounce",
     "aadmit_held",
@@ -306,17 +312,25 @@ def _keys(backend: Backend | AsyncBackend, name: str) -> tuple[str, str]:
     return shaping_key(backend, name, "rate"), shaping_key(backend, name, "cooldown")
 
 
-def _admit_call(backend: Backend | AsyncBackend, shaping: Shaping, name: str) -> Call:
-    return Call(
-        ADMIT,
-        _keys(backend, name),
-        (shaping.rate_count, shaping.window_ms, new_nonce()),
-        "admit a start (rate limit, cooldown)",
-        name,
-    )
+def _admit_call(
+    backend: Backend | AsyncBackend,
+    shaping: Shaping,
+    name: str,
+    holder: tuple[bytes, str] | None = None,
+) -> Call:
+    """ADMIT for a start of *name*; with *holder* (the lock hash's key and the owner),
+    counted only if that owner holds the lock when it runs."""
+    keys: tuple[Any, ...] = _keys(backend, name)
+    args: tuple[Any, ...] = (shaping.rate_count, shaping.window_ms, new_nonce())
+    if holder is not None:
+        keys, args = (*keys, holder[0]), (*args, holder[1])
+    return Call(ADMIT, keys, args, "admit a start (rate limit, cooldown)", name)
 
 
-def _refusal(reply: Any, name: str) -> Refusal | None:
+def start_refusal(reply: Any, name: str) -> Refusal | None:
+    """What ADMIT's *reply* decided for a start of *name*: None (admitted, counted in the
+    rate window) or the :class:`Refusal` (the rate or the cooldown). Every path that
+    admits a start reads its answer here."""
     if int(reply[0]) == 1:
         return None
     reason = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
@@ -330,7 +344,7 @@ def admit(config: GuardConfig, lock: Lock) -> Refusal | None:
     if shaping is None:
         return None
     backend = config.lock_manager().backend()
-    return _refusal(call_sync(_admit_call(backend, shaping, lock.name), backend), lock.name)
+    return start_refusal(call_sync(_admit_call(backend, shaping, lock.name), backend), lock.name)
 
 
 async def aadmit(config: GuardConfig, lock: Lock) -> Refusal | None:
@@ -340,7 +354,7 @@ async def aadmit(config: GuardConfig, lock: Lock) -> Refusal | None:
         return None
     backend = config.lock_manager().source.abackend()
     reply = await call_async(_admit_call(backend, shaping, lock.name), backend)
-    return _refusal(reply, lock.name)
+    return start_refusal(reply, lock.name)
 
 
 def _cool_call(backend: Backend | AsyncBackend, shaping: Shaping, name: str) -> Call:
@@ -503,6 +517,98 @@ async def _agive_back(lock: Lock) -> None:
     except LockError:
         lock._forget(lock.owner)
         logger.error("redislock: could not give back lock %r", lock.name, exc_info=True)
+
+
+def acquire_admitted(config: GuardConfig, lock: Lock, *, wait: bool) -> tuple[bool, Refusal | None]:
+    """``config.acquire(lock)`` and, once it is held, :func:`admit_held`: whether it is
+    held, and the start's refusal (None: admitted, or not held).
+
+    A guard that shapes its runs and makes one attempt (``timeout=0``, the default)
+    sends the attempt and the admission in one round trip, the admission after the
+    attempt and counted only if the attempt was granted (ADMIT looks at the holder):
+    a mutex on one Redis or a Cluster; the rest acquires, then admits."""
+    backend = _one_trip(config, lock, wait) and at_once.batch_backend([lock], least=1)
+    if not backend:
+        acquired = config.acquire(lock, wait=wait)
+        return acquired, admit_held(config, lock) if acquired else None
+    started = _start_clock()
+    taken: list[Lock] = []
+    admission = _admission(config, lock, backend)
+    got, (reply,) = at_once.take_sync([lock], backend, started, taken, admission)
+    at_once.tell_refused(got, started, backend)
+    if got.error is not None:  # as acquire() raises it; a hold it got goes back first
+        if taken:
+            _give_back(lock)
+        raise got.error
+    if not taken:
+        return False, None
+    ask, refusal = _answer(reply, lock.name)
+    if ask:
+        return True, admit_held(config, lock)
+    if refusal is not None:
+        _give_back(lock)
+    return True, refusal
+
+
+async def aacquire_admitted(
+    config: GuardConfig, lock: Lock, *, wait: bool
+) -> tuple[bool, Refusal | None]:
+    """:func:`acquire_admitted` for asyncio."""
+    backend = _one_trip(config, lock, wait) and at_once.abatch_backend([lock], least=1)
+    if not backend:
+        acquired = await config.aacquire(lock, wait=wait)
+        return acquired, await aadmit_held(config, lock) if acquired else None
+    started = _start_clock()
+    taken: list[Lock] = []
+    admission = _admission(config, lock, backend)
+    got, (reply,) = await at_once.take_async([lock], backend, started, taken, admission)
+    at_once.tell_refused(got, started, None)
+    if got.error is not None:
+        if taken:
+            await _agive_back(lock)
+        raise got.error
+    if not taken:
+        return False, None
+    ask, refusal = _answer(reply, lock.name)
+    if ask:
+        return True, await aadmit_held(config, lock)
+    if refusal is not None:
+        await _agive_back(lock)
+    return True, refusal
+
+
+def _one_trip(config: GuardConfig, lock: Lock, wait: bool) -> bool:
+    """Whether *lock*'s attempt and the start's admission may share a round trip (see
+    :func:`acquire_admitted`; the backend decides the rest)."""
+    return (
+        config.shaping is not None
+        and config.attempts_once(wait)
+        and lock._kind.primitive == "mutex"
+    )
+
+
+def _admission(
+    config: GuardConfig, lock: Lock, backend: Backend | AsyncBackend
+) -> Callable[[Sequence[LockAttempt]], list[Call]]:
+    """The ADMIT call that follows *lock*'s attempt in its round trip, counted only if
+    the attempt's owner then holds the lock."""
+    shaping = config.shaping
+    assert shaping is not None  # (see _one_trip)
+
+    def admit_after(made: Sequence[LockAttempt]) -> list[Call]:
+        op = made[0].op
+        return [_admit_call(backend, shaping, lock.name, holder=(op.keys[0], op.owner))]
+
+    return admit_after
+
+
+def _answer(reply: Any, name: str) -> tuple[bool, Refusal | None]:
+    """What ADMIT's *reply*, sent with a granted attempt, says: (ask again alone, the
+    refusal). Asked again when it failed, or found the hold gone (an operator released
+    the lock between the two scripts): as after any acquire."""
+    if isinstance(reply, Exception) or int(reply[0]) == 2:
+        return True, None
+    return False, start_refusal(reply, name)
 
 
 def limited(

@@ -44,19 +44,19 @@ if TYPE_CHECKING:
     from .lock import Lock
 
 
-def batch_backend(locks: Sequence[Lock]) -> Backend | None:
+def batch_backend(locks: Sequence[Lock], least: int = 2) -> Backend | None:
     """The blocking backend that can take *locks* in one round trip, or None (one lock
-    at a time): at least two locks, of one source, none waiting for replicas, not on
-    Redlock (whose grants each need a majority)."""
-    if not _batchable(locks):
+    at a time): at least *least* locks, of one source, none waiting for replicas, not
+    on Redlock (whose grants each need a majority)."""
+    if not _batchable(locks, least):
         return None
     backend = locks[0]._source.backend()
     return None if backend.features.quorum else backend
 
 
-def abatch_backend(locks: Sequence[Lock]) -> BatchingAsyncBackend | None:
+def abatch_backend(locks: Sequence[Lock], least: int = 2) -> BatchingAsyncBackend | None:
     """:func:`batch_backend` for asyncio (only backends with ``run_many``)."""
-    if not _batchable(locks):
+    if not _batchable(locks, least):
         return None
     backend: Any = locks[0]._source.abackend()
     if backend.features.quorum or not hasattr(backend, "run_many"):
@@ -64,8 +64,8 @@ def abatch_backend(locks: Sequence[Lock]) -> BatchingAsyncBackend | None:
     return backend  # type: ignore[no-any-return]
 
 
-def _batchable(locks: Sequence[Lock]) -> bool:
-    if len(locks) < 2:
+def _batchable(locks: Sequence[Lock], least: int) -> bool:
+    if len(locks) < max(1, least):
         return False
     source = locks[0]._source
     return all(lock._source is source and not lock.wait_replicas for lock in locks)
@@ -167,33 +167,46 @@ def failed_batch(made: Sequence[LockAttempt], error: LockBackendError) -> None:
         attempt.lock._backend_error(attempt.op.owner, "acquire", error)
 
 
-def take_sync(locks: Sequence[Lock], backend: Backend, started: float, taken: list[Lock]) -> Taken:
+def take_sync(
+    locks: Sequence[Lock],
+    backend: Backend,
+    started: float,
+    taken: list[Lock],
+    also: Callable[[Sequence[LockAttempt]], Sequence[Call]] | None = None,
+) -> tuple[Taken, list[Any]]:
     """One attempt at every lock of *locks*, in one round trip; those granted go to
-    *taken* (see :func:`settle`)."""
+    *taken* (see :func:`settle`). *also*: more calls for the same round trip, made from
+    the attempts (they run after them); their replies come second."""
     made, calls = attempts(locks, backend)
+    more = list(also(made)) if also is not None else []
     try:
-        replies = call_many_sync(calls, backend)
+        replies = call_many_sync([*calls, *more], backend)
     except LockBackendError as error:
         failed_batch(made, error)
         raise
-    return settle(made, replies, started, backend, taken)
+    return settle(made, replies[: len(made)], started, backend, taken), replies[len(made) :]
 
 
 async def take_async(
-    locks: Sequence[Lock], backend: BatchingAsyncBackend, started: float, taken: list[Lock]
-) -> Taken:
+    locks: Sequence[Lock],
+    backend: BatchingAsyncBackend,
+    started: float,
+    taken: list[Lock],
+    also: Callable[[Sequence[LockAttempt]], Sequence[Call]] | None = None,
+) -> tuple[Taken, list[Any]]:
     """:func:`take_sync` for asyncio. Cancelled in flight, it finds out in the background
     which attempts were granted and gives those back (each Lock's own undo)."""
     made, calls = attempts(locks, backend)
+    more = list(also(made)) if also is not None else []
     try:
-        replies = await call_many_async(calls, backend)
+        replies = await call_many_async([*calls, *more], backend)
     except asyncio.CancelledError:
         await finish_in_background(_undo_all(made, backend))
         raise
     except LockBackendError as error:
         failed_batch(made, error)
         raise
-    return settle(made, replies, started, None, taken)
+    return settle(made, replies[: len(made)], started, None, taken), replies[len(made) :]
 
 
 async def _undo_all(made: Sequence[LockAttempt], backend: BatchingAsyncBackend) -> None:

@@ -189,7 +189,7 @@ class LockSet:
         if backend is None:
             return start
         started = _start_clock()
-        got = at_once.take_sync(rest, backend, started, taken)
+        got, _ = at_once.take_sync(rest, backend, started, taken)
         if not blocking:
             at_once.tell_refused(got, started, backend)
         if self._waits_after(got, blocking):
@@ -204,7 +204,7 @@ class LockSet:
         if backend is None:
             return start
         started = _start_clock()
-        got = await at_once.take_async(rest, backend, started, taken)
+        got, _ = await at_once.take_async(rest, backend, started, taken)
         if not blocking:
             at_once.tell_refused(got, started, None)
         if self._waits_after(got, blocking):
