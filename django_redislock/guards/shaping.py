@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -527,6 +527,8 @@ def acquire_admitted(config: GuardConfig, lock: Lock, *, wait: bool) -> tuple[bo
     sends the attempt and the admission in one round trip, the admission after the
     attempt and counted only if the attempt was granted (ADMIT looks at the holder):
     a mutex on one Redis or a Cluster; the rest acquires, then admits."""
+    if config.shaping is None:  # nothing to admit: every guarded call comes here
+        return config.acquire(lock, wait=wait), None
     backend = _one_trip(config, lock, wait) and at_once.batch_backend([lock], least=1)
     if not backend:
         acquired = config.acquire(lock, wait=wait)
@@ -554,6 +556,8 @@ async def aacquire_admitted(
     config: GuardConfig, lock: Lock, *, wait: bool
 ) -> tuple[bool, Refusal | None]:
     """:func:`acquire_admitted` for asyncio."""
+    if config.shaping is None:
+        return await config.aacquire(lock, wait=wait), None
     backend = _one_trip(config, lock, wait) and at_once.abatch_backend([lock], least=1)
     if not backend:
         acquired = await config.aacquire(lock, wait=wait)
@@ -580,20 +584,14 @@ async def aacquire_admitted(
 def _one_trip(config: GuardConfig, lock: Lock, wait: bool) -> bool:
     """Whether *lock*'s attempt and the start's admission may share a round trip (see
     :func:`acquire_admitted`; the backend decides the rest)."""
-    return (
-        config.shaping is not None
-        and config.attempts_once(wait)
-        and lock._kind.primitive == "mutex"
-    )
+    return config.attempts_once(wait) and lock._kind.primitive == "mutex"
 
 
-def _admission(
-    config: GuardConfig, lock: Lock, backend: Backend | AsyncBackend
-) -> Callable[[Sequence[LockAttempt]], list[Call]]:
+def _admission(config: GuardConfig, lock: Lock, backend: Backend | AsyncBackend) -> at_once.Also:
     """The ADMIT call that follows *lock*'s attempt in its round trip, counted only if
     the attempt's owner then holds the lock."""
     shaping = config.shaping
-    assert shaping is not None  # (see _one_trip)
+    assert shaping is not None  # (see acquire_admitted)
 
     def admit_after(made: Sequence[LockAttempt]) -> list[Call]:
         op = made[0].op

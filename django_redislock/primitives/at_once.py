@@ -99,14 +99,22 @@ class Taken(NamedTuple):
     refused: tuple[LockAttempt, Attempt] | None
 
 
-def attempts(locks: Sequence[Lock], backend: Any) -> tuple[list[LockAttempt], list[Call]]:
-    """One attempt per lock of *locks* (the caller's owner of each), and their calls."""
+#: More calls for an attempts' round trip, made from the attempts (see :func:`take_sync`).
+Also = Callable[[Sequence["LockAttempt"]], Sequence["Call"]]
+
+
+def attempts(
+    locks: Sequence[Lock], backend: Any, also: Also | None = None
+) -> tuple[list[LockAttempt], list[Call]]:
+    """One attempt per lock of *locks* (the caller's owner of each), and the batch's
+    calls: theirs, then *also*'s."""
     made: list[LockAttempt] = []
     for lock in locks:
         owner, made_up = lock._caller()
         op = lock._acquire_op(backend, owner, made_up, False, None)
         made.append(LockAttempt(lock, op, made_up))
-    return made, [flows.first_call(a.op, b"") for a in made]
+    calls = [flows.first_call(a.op, b"") for a in made]
+    return made, calls if also is None else [*calls, *also(made)]
 
 
 def settle(
@@ -115,16 +123,17 @@ def settle(
     started: float,
     backend: Backend | None,
     taken: list[Lock],
-) -> Taken:
+) -> tuple[Taken, list[Any]]:
     """Record each granted attempt as its Lock records an acquire (hold table, watchdog,
     signal), in order, adding its Lock to *taken* first: whatever is raised meanwhile (a
     signal receiver's error), the caller gives back every lock granted;
-    *backend*: the blocking one (None on asyncio)."""
+    *backend*: the blocking one (None on asyncio). Returns what the attempts got, and
+    the replies of the batch's other calls."""
     surplus: list[Lock] = []
     missed: int | None = None
     error: Exception | None = None
     refused: tuple[LockAttempt, Attempt] | None = None
-    for index, (attempt, reply) in enumerate(zip(made, replies, strict=True)):
+    for index, (attempt, reply) in enumerate(zip(made, replies[: len(made)], strict=True)):
         try:
             if isinstance(reply, Exception):  # this call failed (a LockBackendError)
                 if isinstance(reply, LockBackendError):
@@ -146,7 +155,7 @@ def settle(
             attempt.lock._settle_acquire(attempt.op, attempt.made_up, outcome, started, backend)
         except Exception as exc:  # a receiver's: the set gives everything back, raising it
             error = error or exc
-    return Taken(surplus, missed, error, refused)
+    return Taken(surplus, missed, error, refused), list(replies[len(made) :])
 
 
 def tell_refused(got: Taken, started: float, backend: Backend | None) -> None:
@@ -172,19 +181,18 @@ def take_sync(
     backend: Backend,
     started: float,
     taken: list[Lock],
-    also: Callable[[Sequence[LockAttempt]], Sequence[Call]] | None = None,
+    also: Also | None = None,
 ) -> tuple[Taken, list[Any]]:
     """One attempt at every lock of *locks*, in one round trip; those granted go to
     *taken* (see :func:`settle`). *also*: more calls for the same round trip, made from
     the attempts (they run after them); their replies come second."""
-    made, calls = attempts(locks, backend)
-    more = list(also(made)) if also is not None else []
+    made, calls = attempts(locks, backend, also)
     try:
-        replies = call_many_sync([*calls, *more], backend)
+        replies = call_many_sync(calls, backend)
     except LockBackendError as error:
         failed_batch(made, error)
         raise
-    return settle(made, replies[: len(made)], started, backend, taken), replies[len(made) :]
+    return settle(made, replies, started, backend, taken)
 
 
 async def take_async(
@@ -192,21 +200,20 @@ async def take_async(
     backend: BatchingAsyncBackend,
     started: float,
     taken: list[Lock],
-    also: Callable[[Sequence[LockAttempt]], Sequence[Call]] | None = None,
+    also: Also | None = None,
 ) -> tuple[Taken, list[Any]]:
     """:func:`take_sync` for asyncio. Cancelled in flight, it finds out in the background
     which attempts were granted and gives those back (each Lock's own undo)."""
-    made, calls = attempts(locks, backend)
-    more = list(also(made)) if also is not None else []
+    made, calls = attempts(locks, backend, also)
     try:
-        replies = await call_many_async([*calls, *more], backend)
+        replies = await call_many_async(calls, backend)
     except asyncio.CancelledError:
         await finish_in_background(_undo_all(made, backend))
         raise
     except LockBackendError as error:
         failed_batch(made, error)
         raise
-    return settle(made, replies[: len(made)], started, None, taken), replies[len(made) :]
+    return settle(made, replies, started, None, taken)
 
 
 async def _undo_all(made: Sequence[LockAttempt], backend: BatchingAsyncBackend) -> None:

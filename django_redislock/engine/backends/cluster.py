@@ -119,17 +119,6 @@ def _failed(batch: Sequence[Call], exc: RedisError) -> list[Any]:
     return [backend_error(exc, c.action, c.name) for c in batch]
 
 
-def _in_call_order(
-    size: int, groups: Sequence[tuple[Any, list[int]]], answers: Sequence[list[Any]]
-) -> list[Any]:
-    """The outcomes of each node's batch (*answers*, one list per group) in call order."""
-    results: list[Any] = [None] * size
-    for (_node, indices), outcomes in zip(groups, answers, strict=True):
-        for i, outcome in zip(indices, outcomes, strict=True):
-            results[i] = outcome
-    return results
-
-
 def _as_result(exc: Exception, call: Call) -> Exception:
     """A failure of *call* as one result of a batch: NotReplicated as it is, else a
     LockBackendError."""
@@ -240,7 +229,8 @@ class _Cluster(BackendState):
     def _merge(
         size: int, groups: list[tuple[Any, list[int]]], answers: list[Any], step: int
     ) -> list[Any]:
-        """The snapshot replies of each node's group (*step* per key) back in key order."""
+        """The replies of each node's group (*step* per key: snapshots; 1: a batch's
+        calls) back in key order."""
         replies: list[Any] = [None] * (step * size)
         for (_node, indices), node_replies in zip(groups, answers, strict=True):
             for n, i in enumerate(indices):
@@ -329,7 +319,7 @@ class ClusterBackend(_Cluster):
                 answers.append(self._batch(batch, raw, acks))
             except RedisError as exc:  # the node failed (or failed over): each call did
                 answers.append(_failed(batch, exc))
-        return self._rerun(calls, _in_call_order(len(calls), groups, answers))
+        return self._rerun(calls, self._merge(len(calls), groups, answers, 1))
 
     def _rerun(self, calls: Sequence[Call], results: list[Any]) -> list[Any]:
         redo, stale = _to_rerun(results)
@@ -468,7 +458,7 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
             return self._batch(batch, raw, acks)
 
         answers = await asyncio.gather(*(node_batch(node, i) for node, i in groups))
-        results = _in_call_order(len(calls), groups, answers)
+        results = self._merge(len(calls), groups, list(answers), 1)
         redo, stale = _to_rerun(results)
         if stale:
             try:
