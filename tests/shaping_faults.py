@@ -82,11 +82,11 @@ def _cooldown_not_set() -> None:
     from django_redislock.celery import task
     from django_redislock.guards import decorators
 
-    def finish(config: Any, lock: Any) -> None:
+    def cooling(config: Any, lock: Any, **kwargs: Any) -> None:
         return None  # deliberate fault: the cooldown is never started
 
-    decorators.finish = finish
-    task.finish = finish
+    decorators.cooling = cooling
+    task.cooling = cooling
 
 
 def _coalesce_runs_twice() -> None:

@@ -23,6 +23,7 @@ from django.test import AsyncClient, Client
 from django.urls import path
 
 from django_redislock import LockManager, LockNotAcquired, RunLimited, single_instance
+from django_redislock.engine.scripts import release_script
 from django_redislock.guards.shaping import ShapingUnsupported, parse_rate, shaping_state
 from django_redislock.signals import lock_released
 from tests import shaping_faults
@@ -204,11 +205,17 @@ def test_cooldown_starts_when_the_run_ends_even_when_it_raises(name: str) -> Non
     assert refused.value.reason == "cooldown" and refused.value.retry_after > 29
 
 
-def test_a_waiter_handed_the_lock_at_the_release_still_sees_the_cooldown(name: str) -> None:
+@pytest.mark.parametrize("cool_unknown", [False, True], ids=["scripts-loaded", "cool-unknown"])
+def test_a_waiter_handed_the_lock_at_the_release_still_sees_the_cooldown(
+    name: str, redis_client: redis.Redis, cool_unknown: bool
+) -> None:
     """The race: B waits for the lock A holds; A's release hands it to B at once. The
-    cooldown is set before that release, so B's start is refused. To widen the race
-    window, A's thread is held right after its release (``lock_released``) until B
-    has decided: a cooldown sent only after the release would come too late."""
+    cooldown is set before that release (in its round trip), so B's start is refused.
+    To widen the race window, A's thread is held right after its release
+    (``lock_released``) until B has decided: a cooldown sent only after the release
+    would come too late. *cool_unknown*: Redis knows the release script but not the
+    cooldown's (a server that never ran it), so a batch whose cooldown failed with
+    NOSCRIPT, sent again after its release ran, would set the cooldown too late."""
     inside = threading.Event()
     leave = threading.Event()
     b_decided = threading.Event()
@@ -245,6 +252,9 @@ def test_a_waiter_handed_the_lock_at_the_release_still_sees_the_cooldown(name: s
     while not (info := config.lock_manager().get(name)) or not info.waiters:
         assert time.monotonic() < deadline, "B never queued"
         time.sleep(0.01)
+    if cool_unknown:
+        redis_client.script_flush()
+        redis_client.script_load(release_script.source)
     lock_released.connect(hold_a_after_its_release)
     try:
         leave.set()

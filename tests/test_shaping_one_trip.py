@@ -6,17 +6,24 @@ arrives as one).
 The admission is sent whether or not the attempt will be granted, so it counts the
 start only when the attempt's owner holds the lock as it runs: a call that finds the
 lock held by someone else counts nothing, and gives nothing back.
+
+A run's end sends the cooldown's start (``COOL``) just before its release, in the
+release's round trip (guards/shaping.py ``cooling``, primitives/at_once.py
+``after_prior_sync``): a guarded call with a cooldown costs two round trips too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
+import redis
 
 from django_redislock import LockManager, RunLimited, signals, single_instance
 from django_redislock.guards.shaping import shaping_state
+from tests.redis_server import RedisServer
 from tests.tcp_proxy import TcpProxy
 
 
@@ -123,3 +130,128 @@ def test_a_guard_that_waits_admits_after_its_wait(name: str) -> None:
     with pytest.raises(RunLimited):
         work()
     assert shaping_state(work, name).count == 1
+
+
+def test_a_call_with_a_cooldown_costs_two_round_trips_and_finds_it_next_time(
+    counted: LockManager, counting_proxy: TcpProxy, name: str
+) -> None:
+    @single_instance(name, cooldown=30, manager=counted)
+    def work() -> str:
+        return "ran"
+
+    @single_instance(f"{name}:warm", cooldown=0.001, manager=counted)
+    def warm() -> None:
+        pass
+
+    warm()  # the connection is made and the scripts are loaded
+    before = counting_proxy.requests
+    assert work() == "ran"
+    assert counting_proxy.requests - before == 2  # the attempt and admission; COOL and release
+    assert counted.get(name) is None
+    assert shaping_state(work, name).cooldown_left > 29
+    before = counting_proxy.requests
+    with pytest.raises(RunLimited) as refused:
+        work()
+    assert refused.value.reason == "cooldown"
+    assert counting_proxy.requests - before == 2  # the attempt with the refusal, the give-back
+    assert counted.get(name) is None
+
+
+def test_asyncio_a_cooldown_in_two_round_trips(
+    counted: LockManager, counting_proxy: TcpProxy, name: str
+) -> None:
+    @single_instance(name, cooldown=30, manager=counted)
+    async def work() -> str:
+        return "ran"
+
+    @single_instance(f"{name}:warm", cooldown=0.001, manager=counted)
+    async def warm() -> None:
+        pass
+
+    async def main() -> None:
+        try:
+            await warm()
+            before = counting_proxy.requests
+            assert await work() == "ran"
+            assert counting_proxy.requests - before == 2
+            assert await counted.aget(name) is None
+            with pytest.raises(RunLimited):
+                await work()
+        finally:
+            await counted.source.abackend().aclose()
+
+    asyncio.run(main())
+    assert shaping_state(work, name).cooldown_left > 29
+
+
+def test_a_cooldown_redis_refuses_is_logged_and_the_release_still_frees_the_lock(
+    name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real fault: Redis fills up (``maxmemory``, ``noeviction``) while the run runs.
+    ``COOL`` is refused (its one write takes memory) in the batch it shares with the
+    release, whose first write frees memory: the run's outcome stands, the lock is free
+    and the failed cooldown is logged."""
+    server = RedisServer("--maxmemory-policy", "noeviction")
+    try:
+        manager = LockManager(url=f"{server.url}?socket_timeout=5")
+        raw = redis.Redis.from_url(server.url)
+
+        @single_instance(name, cooldown=30, manager=manager)
+        def work() -> str:
+            raw.config_set("maxmemory", 1)  # far below what is used: Redis is full
+            return "ran"
+
+        with caplog.at_level(logging.ERROR, logger="django_redislock"):
+            assert work() == "ran"
+        assert manager.get(name) is None
+        assert "could not start the cooldown" in caplog.text
+        raw.config_set("maxmemory", 0)
+        assert shaping_state(work, name).cooldown_left == 0
+        assert work() == "ran"  # no cooldown was started, so none refuses this start
+    finally:
+        server.stop()
+
+
+def test_a_shaped_task_execution_admits_in_its_attempt_and_cools_in_its_release(
+    counted: LockManager, counting_proxy: TcpProxy, name: str
+) -> None:
+    """A Celery execution as the worker runs it (Celery's own tracer, not eager): a
+    task with a cooldown is one round trip to take its lock with the start's admission,
+    one to start the cooldown and release. A refused start (skipped) gives its hold
+    back: two as well."""
+    from celery import Celery
+    from celery.app.trace import build_tracer
+
+    from django_redislock.celery import is_skipped
+
+    app = Celery("one-trip", set_as_current=False)
+    app.conf.update(broker_url="memory://", result_backend=None, task_ignore_result=True)
+
+    @app.task(name=f"cooled-{name}")
+    @single_instance(name, cooldown=30, on_limited="skip", manager=counted)
+    def cooled() -> str:
+        return "ran"
+
+    @app.task(name=f"warm-{name}")
+    @single_instance(f"{name}:warm", cooldown=0.001, manager=counted)
+    def warm() -> None:
+        pass
+
+    app.finalize()
+
+    def execute(lazy: Any) -> Any:
+        task = app.tasks[lazy.name]
+        tracer = build_tracer(task.name, task, app=app, eager=False, propagate=True)
+        task_id = f"{task.name}-{counting_proxy.requests}"
+        return tracer(task_id, (), {}, {"id": task_id, "delivery_info": {}})
+
+    execute(warm)  # the connection is made and the scripts are loaded
+    before = counting_proxy.requests
+    assert execute(cooled).retval == "ran"
+    assert counting_proxy.requests - before == 2
+    assert counted.get(name) is None
+    assert shaping_state(cooled, name).cooldown_left > 29
+    before = counting_proxy.requests
+    assert is_skipped(execute(cooled).retval)
+    assert counting_proxy.requests - before == 2
+    assert counted.get(name) is None

@@ -26,6 +26,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_redislock import LockNotAcquired, locks, single_instance
+from django_redislock.guards.shaping import shaping_state
 from tests.postgres_server import PostgresServer
 from tests.test_multiprocess import _expect_line
 
@@ -67,10 +68,31 @@ async def guarded_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ran")
 
 
+#: For each commit of a request to ``cooled``: (its lock still held, its cooldown left).
+cool_at_commit: list[tuple[bool, float]] = []
+
+
+@single_instance("tx:cool", ttl=30, cooldown=30)
+def cooled(request: HttpRequest) -> HttpResponse:
+    transaction.on_commit(
+        lambda: cool_at_commit.append(
+            (locks.get("tx:cool") is not None, shaping_state(cooled, "tx:cool").cooldown_left)
+        )
+    )
+    return HttpResponse("ran")
+
+
+@single_instance("tx:acool", ttl=30, cooldown=30)
+async def acooled(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ran")
+
+
 urlpatterns = [
     path("view/", guarded),
     path("cbv/", GuardedView.as_view()),
     path("async/", guarded_async),
+    path("cool/", cooled),
+    path("acool/", acooled),
 ]
 
 
@@ -118,6 +140,31 @@ def test_an_async_view_called_inside_a_transaction_waits_for_it() -> None:
         assert Client().post("/async/").status_code == 200
         assert locks.get("tx:async") is not None
     assert locks.get("tx:async") is None
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db(transaction=True)
+def test_a_views_cooldown_starts_when_it_returns_and_its_lock_frees_at_the_commit(
+    atomic_requests: None,
+) -> None:
+    """The release waits for the commit; the cooldown does not wait with it (it is sent
+    alone when the view returns, not in the release's round trip)."""
+    cool_at_commit.clear()
+    assert Client().post("/cool/").status_code == 200
+    [(held, left)] = cool_at_commit
+    assert held and left > 25
+    assert locks.get("tx:cool") is None
+    assert Client().post("/cool/").status_code == 429  # in its cooldown
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.django_db(transaction=True)
+def test_an_async_views_cooldown_starts_before_the_transaction_it_waits_for_ends() -> None:
+    with transaction.atomic():
+        assert Client().post("/acool/").status_code == 200
+        assert locks.get("tx:acool") is not None
+        assert shaping_state(acooled, "tx:acool").cooldown_left > 25
+    assert locks.get("tx:acool") is None
 
 
 @pytest.mark.urls(__name__)

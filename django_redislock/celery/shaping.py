@@ -2,7 +2,8 @@
 :mod:`django_redislock.guards.shaping`, which decides).
 
 The decision is made in the worker, for every execution, once the execution holds
-its lock (so tasks sent by name, beat and ``send_task`` are shaped too). What a
+its lock (so tasks sent by name, beat and ``send_task`` are shaped too); a new
+execution's first attempt at its lock carries the admission in its round trip. What a
 refused execution does is ``on_limited``:
 
 * ``"defer"`` (default): the message is sent again with a ``countdown`` of the
@@ -41,7 +42,7 @@ from celery.exceptions import Ignore
 
 from ..conf import setting
 from ..guards.guard import release_task_hold
-from ..guards.shaping import TASK_LIMITED_MODES, Refusal, admit
+from ..guards.shaping import ASK_AGAIN, TASK_LIMITED_MODES, Refusal, admit
 from ..primitives.lock import Lock
 
 logger = logging.getLogger("django_redislock.celery")
@@ -61,16 +62,18 @@ def settle_start(
     call_args: tuple[Any, ...],
     kwargs: dict[str, Any],
     keep: Callable[[Lock, float, str | None], None],
+    admission: Any = ASK_AGAIN,
 ) -> Any:
     """Admit the execution of *task* holding *lock*, or settle its refusal.
 
     Returns :data:`ADMITTED`, or the refused execution's result (``"skip"``, a
     callable's value); raises for ``"defer"`` (Ignore), ``"retry"`` (Retry) and
     ``"raise"`` (RunLimited). *keep* parks the hold for an execution that comes back
-    (``unique_on_enqueue``); otherwise the hold is released.
+    (``unique_on_enqueue``); otherwise the hold is released. *admission*: what ADMIT
+    answered in the acquire's round trip (see ``attempt_admitted``), else asked now.
     """
     try:
-        refusal = admit(config, lock)
+        refusal = admit(config, lock) if admission is ASK_AGAIN else admission
     except BaseException:
         release_task_hold(lock)
         raise

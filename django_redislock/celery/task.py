@@ -58,11 +58,14 @@ from ..guards.guard import (
 )
 from ..guards.keys_template import KeySpec
 from ..guards.shaping import (
+    ASK_AGAIN,
     TASK_LIMITED_MODES,
     Shaping,
+    admitting_backend,
+    attempt_admitted,
     check_coalesce,
     check_debounce,
-    finish,
+    cooling,
 )
 from ..primitives.lock import Lock
 from ..primitives.refusals import UNREAD
@@ -206,9 +209,15 @@ def run_guarded(
     # release writes it; *checked*: this grant was the lock's own answer to that read.
     with_lock = late and record_with_lock(config.lock_manager(), lock, task_id)
     checked = False
+    # A rate or cooldown's admission in the first attempt's round trip, unless the
+    # completion record is looked up after the acquire (a completed run starts nothing).
+    admits = running is None and (with_lock or not late)
+    admission: Any = ASK_AGAIN
     try:  # with the record kept by the lock, an acquire of a completed run raises
         if copy:
-            acquired, seen, at_once = _acquire_execution(task, config, lock, name, on_locked)
+            acquired, seen, at_once, admission = _acquire_execution(
+                task, config, lock, name, on_locked, admits
+            )
             checked = with_lock and at_once
         else:
             acquired = config.acquire(lock, wait=on_locked == "wait")
@@ -236,7 +245,7 @@ def run_guarded(
     if running is None and config.coalesce:
         sweep(task, config, lock, name)  # a sweeper of a pending call hands it on
     if running is None and config.shaping is not None:  # a rate limit or a cooldown
-        started = settle_start(task, lock, config, call_args, kwargs, _keep_for_retry)
+        started = settle_start(task, lock, config, call_args, kwargs, _keep_for_retry, admission)
         if started is not ADMITTED:
             return started
     run_key = (name, lock.owner)
@@ -272,12 +281,14 @@ def run_guarded(
 
 
 def _acquire_execution(
-    task: Task, config: GuardConfig, lock: Lock, name: str, on_locked: Any
-) -> tuple[bool, Any, bool]:
+    task: Task, config: GuardConfig, lock: Lock, name: str, on_locked: Any, admits: bool
+) -> tuple[bool, Any, bool, Any]:
     """Take *lock* for a new execution of *task*'s id, settling a broker's copy:
-    ``(acquired, holder, at_once)``, *holder* the lock's snapshot as read to refuse it
-    (or :data:`~django_redislock.primitives.refusals.UNREAD`), *at_once*: granted by the
-    lock's own acquire script, not handed over after a wait.
+    ``(acquired, holder, at_once, admission)``, *holder* the lock's snapshot as read to
+    refuse it (or :data:`~django_redislock.primitives.refusals.UNREAD`), *at_once*:
+    granted by the lock's own acquire script, not handed over after a wait;
+    *admission*: with *admits*, a shaped task's first attempt carries its start's
+    admission (``attempt_admitted``), and this is its answer (else ``ASK_AGAIN``).
 
     When another execution of the same task id holds the lock, this one is a
     copy of it (see :mod:`django_redislock.celery.redelivery`): it takes the hold
@@ -287,23 +298,28 @@ def _acquire_execution(
     task_id: str = task.request.id
     manager = config.lock_manager()
     copy_of = None
+    admitting = admitting_backend(config, lock) if admits else None
     for _ in range(TAKEOVER_TRIES):
-        if lock.acquire(blocking=False):
-            return True, UNREAD, True
+        if admitting is not None:
+            held, admission = attempt_admitted(config, lock, admitting)
+        else:
+            held, admission = lock.acquire(blocking=False), ASK_AGAIN
+        if held:
+            return True, UNREAD, True, admission
         info = manager.get(name)
         holder = execution_of(info, task_id)
         if holder is None:
             if info is None:
                 continue  # released between our attempt and our look
             if on_locked == "wait" or config.timeout != 0:
-                return config.acquire(lock, wait=on_locked == "wait"), UNREAD, False
-            return False, info, False
+                return config.acquire(lock, wait=on_locked == "wait"), UNREAD, False, ASK_AGAIN
+            return False, info, False, ASK_AGAIN
         if not (dead_here(holder) and take_over(manager, name, holder)):
             defer(task, name, holder, lease_left(info) or 1)
         copy_of = (holder, info)
     if copy_of is not None:  # other copies won each race for the freed hold
         defer(task, name, copy_of[0], lease_left(copy_of[1]) or 1)
-    return False, UNREAD, False
+    return False, UNREAD, False, ASK_AGAIN
 
 
 def _release_at_end(
@@ -315,11 +331,11 @@ def _release_at_end(
     in_release = ran and with_lock and outermost and not config.coalesce
     if ran and not in_release:  # before the lock can pass to a copy
         record_completion(config.lock_manager(), lock.name, task.request.id)
-    if outermost:
-        finish(config, lock)  # the cooldown starts before the lock is free
-        if config.coalesce and hand_on(task, config, lock, lock.name):
-            return  # the lock went to the pending run
-    if release_task_hold(lock, every_hold=outermost, complete=in_release) is False:
+    # The cooldown starts before the lock is free, in the release's round trip.
+    cool = cooling(config, lock) if outermost else None
+    if outermost and config.coalesce and hand_on(task, config, lock, lock.name):
+        return  # the lock went to the pending run (coalescing has no cooldown)
+    if release_task_hold(lock, every_hold=outermost, complete=in_release, prior=cool) is False:
         logger.warning(
             "redislock: task %s[%s] lost its lock %r before it finished "
             "(lease expired or force-released); another run may have overlapped",

@@ -6,7 +6,7 @@ The decoders turn replies into values the flows and primitives decide on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -68,11 +68,26 @@ class Call(NamedTuple):
     #: retries transient errors (a migrating slot, a failover) retries until then,
     #: else within its own bounded window.
     deadline: float | None = None
+    #: Sent in a batch with its source (``EVAL``), so that it never fails with NOSCRIPT:
+    #: a batch that did is sent again whole, after the calls behind it ran once, and
+    #: a call that must run before them (a :class:`Prior`) would then run after them.
+    inline: bool = False
 
     @property
     def call(self) -> Call:
         """The call itself: a Call is also the flows' "run this" effect (``flows.Run``)."""
         return self
+
+
+class Prior(NamedTuple):
+    """A call sent just before a release, in the release's round trip where the backend
+    runs several calls in one (a cooldown's start before its run's release: whoever
+    the lock goes to next finds the cooldown), else in a round trip of its own first."""
+
+    call: Call
+    #: Told the call's reply, or the LockBackendError it got (never raises: the release
+    #: goes on whatever happened to it).
+    settle: Callable[[Any], None]
 
 
 class Attempt(NamedTuple):

@@ -32,6 +32,7 @@ from ..engine.guarding import guarding
 from ..engine.history import HistoryEvent
 from ..engine.info import LockInfo
 from ..exceptions import LockBackendError
+from ..primitives import at_once
 from ..primitives.semaphore import validate_limit
 from ..primitives.transactions import release_after_transactions
 from ..settings_spec import validate_view_redis_error
@@ -41,10 +42,9 @@ from .shaping import (
     Shaping,
     aacquire_admitted,
     acquire_admitted,
-    afinish,
     check_coalesce,
     check_debounce,
-    finish,
+    cooling,
     limited,
 )
 
@@ -256,36 +256,44 @@ def _run_held(
         with guarding(lock.name, lock.owner):
             result = func(*args, **kwargs)
     except BaseException:
-        finish(config, lock)  # the cooldown starts before the lock is free
-        _release(lock, sys.exc_info(), request)
+        _release(config, lock, sys.exc_info(), request)
         raise
-    finish(config, lock)
-    _release(lock, (None, None, None), request)
+    _release(config, lock, (None, None, None), request)
     return result
 
 
-def _release(lock: Lock, exc_info: Any, request: HttpRequest | None) -> None:
-    """Leave the call's lock as ``with lock:`` does; for a view whose release Redis could
-    not confirm, log it and keep the view's outcome (the lease runs out unrenewed).
+def _release(config: GuardConfig, lock: Lock, exc_info: Any, request: HttpRequest | None) -> None:
+    """Leave the call's lock as ``with lock:`` does, its cooldown (if any) started just
+    before, in the release's round trip; for a view whose release Redis could not
+    confirm, log it and keep the view's outcome (the lease runs out unrenewed).
     A view's lock is released only once the transactions it ran in have ended
-    (``ATOMIC_REQUESTS``; see :mod:`django_redislock.primitives.transactions`)."""
+    (``ATOMIC_REQUESTS``; see :mod:`django_redislock.primitives.transactions`): its
+    cooldown starts when the view returns, as the release is put off."""
+    cool = cooling(config, lock)
     if request is not None and release_after_transactions(lock):
+        if cool is not None:
+            at_once.run_prior_sync(cool, config.lock_manager().backend())
         return
     try:
-        lock.__exit__(*exc_info)
+        lock._leave(*exc_info, prior=cool)
     except LockBackendError as error:
         if request is None:
             raise
         _log_release_failure(lock, request, error)
 
 
-async def _arelease(lock: Lock, exc_info: Any, request: HttpRequest | None) -> None:
+async def _arelease(
+    config: GuardConfig, lock: Lock, exc_info: Any, request: HttpRequest | None
+) -> None:
     """:func:`_release` for asyncio. The transactions are asked about in the thread the
     view's sync code (``sync_to_async``) runs in: where they would be open."""
+    cool = cooling(config, lock, asyncio=True)
     if request is not None and await sync_to_async(release_after_transactions)(lock):
+        if cool is not None:
+            await at_once.run_prior_async(cool, config.lock_manager().source.abackend())
         return
     try:
-        await lock.__aexit__(*exc_info)
+        await lock._aleave(*exc_info, prior=cool)
     except LockBackendError as error:
         if request is None:
             raise
@@ -341,11 +349,9 @@ def _async_wrapper(func: Callable[..., Any], config: GuardConfig) -> Callable[..
             with guarding(lock.name, lock.owner):
                 result = await func(*args, **kwargs)
         except BaseException:
-            await afinish(config, lock)  # the cooldown starts before the lock is free
-            await _arelease(lock, sys.exc_info(), request)
+            await _arelease(config, lock, sys.exc_info(), request)
             raise
-        await afinish(config, lock)
-        await _arelease(lock, (None, None, None), request)
+        await _arelease(config, lock, (None, None, None), request)
         return result
 
     return wrapper

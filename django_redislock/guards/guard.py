@@ -35,6 +35,7 @@ from .keys_template import KeySpec
 logger = logging.getLogger("django_redislock.celery")
 
 if TYPE_CHECKING:
+    from ..engine.calls import Prior
     from ..primitives.lock import Lock
     from ..primitives.manager import LockManager
     from .shaping import Shaping
@@ -193,11 +194,12 @@ def release_holders(
 
 
 def release_task_hold(
-    lock: Lock, *, every_hold: bool = True, complete: bool = False
+    lock: Lock, *, every_hold: bool = True, complete: bool = False, prior: Prior | None = None
 ) -> bool | None:
     """Release the caller's hold of *lock*, or with *every_hold* all its owner's holds;
     with *complete*, every hold, writing the run's completion record in the same script
-    (see ``Lock._with_completion``; also when the hold was lost).
+    (see ``Lock._with_completion``; also when the hold was lost); *prior*: a call sent
+    just before the release, in its round trip (a cooldown's start).
 
     ``every_hold`` frees the enqueue-time hold and the worker's re-entry in one
     round trip. Owner-checked: returns False (and changes nothing) when the lock
@@ -209,12 +211,7 @@ def release_task_hold(
     (Celery tasks and ``django.tasks`` runs both end through here.)
     """
     try:
-        if complete:
-            lock._release_completed()
-        elif every_hold:
-            lock.release_all()
-        else:
-            lock.release()
+        lock._release(*lock._caller(), every_hold or complete, complete, prior)
     except LockNotOwned:
         return False
     except LockBackendError:

@@ -4,9 +4,10 @@
 per key; ``cooldown=60`` keeps the key taken for 60 s after each run ends. Both
 are decided **after** the guard's lock is acquired, in one script
 (:data:`~django_redislock.engine.shaping_scripts.ADMIT`), and a run that ends
-starts its cooldown **before** it releases the lock
-(:data:`~django_redislock.engine.shaping_scripts.COOL`): whoever takes the lock
-next, even a waiter it is handed to, finds the cooldown. A refused start releases
+starts its cooldown **before** it releases the lock, in the release's round trip
+(:data:`~django_redislock.engine.shaping_scripts.COOL`, sent just before the release
+script): whoever takes the lock next, even a waiter it is handed to, finds the
+cooldown. A refused start releases
 the lock at once and applies ``on_limited``.
 
 This module holds the one implementation of each decision, shared by plain
@@ -14,7 +15,9 @@ functions (sync and async), views and Celery tasks:
 
 * :class:`Shaping` (the validated options) and :func:`parse_rate`;
 * :func:`admit` / :func:`aadmit`: may this start run (a :class:`Refusal` if not);
-* :func:`finish` / :func:`afinish`: a run ended: start the cooldown;
+* :func:`attempt_admitted` / :func:`aattempt_admitted`: one attempt at the lock and
+  its start's admission, in one round trip (:func:`acquire_admitted` for guards);
+* :func:`cooling`: a run ended: the cooldown's start, sent with its release;
 * :func:`function_limited` and :func:`view_limited`: what a refused call of a
   function or a view returns (tasks: :mod:`django_redislock.celery.shaping`);
 * :func:`check_coalesce`, :func:`check_debounce`: the Celery-only options
@@ -36,21 +39,22 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.http import HttpResponse
 
-from ..engine.calls import Call
+from ..engine.calls import Call, Prior
 from ..engine.driver import call_async, call_sync
 from ..engine.identity import new_nonce
 from ..engine.shaping_scripts import ADMIT, COOL
 from ..engine.shaping_state import ShapingState, decode_state, shaping_key, state_call
-from ..exceptions import LockBackendError, LockError, RunLimited, ShapingUnsupported
+from ..exceptions import LockError, RunLimited, ShapingUnsupported
 from ..primitives import at_once
 from ..primitives.lock import _start_clock
 
 if TYPE_CHECKING:
-    from ..engine.backends.base import AsyncBackend, Backend
+    from ..engine.backends.base import AsyncBackend, Backend, BatchingAsyncBackend
     from ..primitives.at_once import LockAttempt
     from ..primitives.lock import Lock
     from .guard import GuardConfig
@@ -58,6 +62,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_redislock")
 
 __all__ = [
+    "ASK_AGAIN",
     "FUNCTION_LIMITED_MODES",
     "TASK_LIMITED_MODES",
     "Refusal",
@@ -66,14 +71,17 @@ __all__ = [
     "ShapingUnsupported",
     "aacquire_admitted",
     "aadmit",
+    "aadmitting_backend",
+    "aattempt_admitted",
     "acquire_admitted",
+    "admitting_backend",
+    "attempt_admitted",
     "check_coalesce",
     "check_debounce",
     "aadmit_held",
     "admit",
     "admit_held",
-    "afinish",
-    "finish",
+    "cooling",
     "function_limited",
     "limited",
     "parse_rate",
@@ -361,38 +369,27 @@ def _cool_call(backend: Backend | AsyncBackend, shaping: Shaping, name: str) -> 
     return Call(COOL, _keys(backend, name)[1:], (shaping.cooldown_ms,), "start the cooldown", name)
 
 
-def _cool_failed(name: str) -> None:
-    logger.error(
-        "redislock: could not start the cooldown of %r after its run; the next run may "
-        "start before it ends",
-        name,
-        exc_info=True,
-    )
-
-
-def finish(config: GuardConfig, lock: Lock) -> None:
-    """A run of *lock*'s key ended: start its cooldown (call before the release). A
-    Redis error is logged, not raised: the run has happened."""
+def cooling(config: GuardConfig, lock: Lock, *, asyncio: bool = False) -> Prior | None:
+    """A run of *lock*'s key ended: the start of its cooldown, to send just before the
+    run's release, in its round trip (``lock._leave(..., prior=...)``; a release that
+    waits for transactions sends it alone, at once); None when the guard has no
+    cooldown. A Redis error is logged, not raised: the run has happened."""
     shaping = config.shaping
     if shaping is None or not shaping.cooldown:
-        return
-    backend = config.lock_manager().backend()
-    try:
-        call_sync(_cool_call(backend, shaping, lock.name), backend)
-    except LockBackendError:
-        _cool_failed(lock.name)
+        return None
+    manager = config.lock_manager()
+    backend = manager.source.abackend() if asyncio else manager.backend()
+    return Prior(_cool_call(backend, shaping, lock.name), partial(_cooled, lock.name))
 
 
-async def afinish(config: GuardConfig, lock: Lock) -> None:
-    """:func:`finish` for asyncio."""
-    shaping = config.shaping
-    if shaping is None or not shaping.cooldown:
-        return
-    backend = config.lock_manager().source.abackend()
-    try:
-        await call_async(_cool_call(backend, shaping, lock.name), backend)
-    except LockBackendError:
-        _cool_failed(lock.name)
+def _cooled(name: str, reply: Any) -> None:
+    if isinstance(reply, Exception):
+        logger.error(
+            "redislock: could not start the cooldown of %r after its run; the next run may "
+            "start before it ends",
+            name,
+            exc_info=reply,
+        )
 
 
 def function_limited(
@@ -519,20 +516,75 @@ async def _agive_back(lock: Lock) -> None:
         logger.error("redislock: could not give back lock %r", lock.name, exc_info=True)
 
 
+#: :func:`attempt_admitted`'s answer when ADMIT could not say (it failed, or found the
+#: hold gone): the start is admitted with a round trip of its own (:func:`admit`).
+ASK_AGAIN: Any = object()
+
+
 def acquire_admitted(config: GuardConfig, lock: Lock, *, wait: bool) -> tuple[bool, Refusal | None]:
     """``config.acquire(lock)`` and, once it is held, :func:`admit_held`: whether it is
     held, and the start's refusal (None: admitted, or not held).
 
     A guard that shapes its runs and makes one attempt (``timeout=0``, the default)
-    sends the attempt and the admission in one round trip, the admission after the
-    attempt and counted only if the attempt was granted (ADMIT looks at the holder):
-    a mutex on one Redis or a Cluster; the rest acquires, then admits."""
+    sends the attempt and the admission in one round trip (:func:`attempt_admitted`);
+    the rest acquires, then admits."""
     if config.shaping is None:  # nothing to admit: every guarded call comes here
         return config.acquire(lock, wait=wait), None
-    backend = _one_trip(config, lock, wait) and at_once.batch_backend([lock], least=1)
-    if not backend:
+    backend = admitting_backend(config, lock) if config.attempts_once(wait) else None
+    if backend is None:
         acquired = config.acquire(lock, wait=wait)
         return acquired, admit_held(config, lock) if acquired else None
+    held, answer = attempt_admitted(config, lock, backend)
+    if not held:
+        return False, None
+    if answer is ASK_AGAIN:
+        return True, admit_held(config, lock)
+    if answer is not None:
+        _give_back(lock)
+    return True, answer
+
+
+async def aacquire_admitted(
+    config: GuardConfig, lock: Lock, *, wait: bool
+) -> tuple[bool, Refusal | None]:
+    """:func:`acquire_admitted` for asyncio."""
+    if config.shaping is None:
+        return await config.aacquire(lock, wait=wait), None
+    backend = aadmitting_backend(config, lock) if config.attempts_once(wait) else None
+    if backend is None:
+        acquired = await config.aacquire(lock, wait=wait)
+        return acquired, await aadmit_held(config, lock) if acquired else None
+    held, answer = await aattempt_admitted(config, lock, backend)
+    if not held:
+        return False, None
+    if answer is ASK_AGAIN:
+        return True, await aadmit_held(config, lock)
+    if answer is not None:
+        await _agive_back(lock)
+    return True, answer
+
+
+def admitting_backend(config: GuardConfig, lock: Lock) -> Backend | None:
+    """The backend that sends an attempt at *lock* and its start's admission in one
+    round trip (a shaped guard's mutex on one Redis or a Cluster), or None."""
+    if config.shaping is None or lock._kind.primitive != "mutex":
+        return None
+    return at_once.batch_backend([lock], least=1)
+
+
+def aadmitting_backend(config: GuardConfig, lock: Lock) -> BatchingAsyncBackend | None:
+    """:func:`admitting_backend` for asyncio."""
+    if config.shaping is None or lock._kind.primitive != "mutex":
+        return None
+    return at_once.abatch_backend([lock], least=1)
+
+
+def attempt_admitted(config: GuardConfig, lock: Lock, backend: Backend) -> tuple[bool, Any]:
+    """One attempt at *lock* (never queued) with its start's admission after it, in one
+    round trip (*backend*: :func:`admitting_backend`'s). ADMIT counts the start only if
+    the attempt's owner then holds the lock. Returns (held, the admission: None, a
+    :class:`Refusal`, or :data:`ASK_AGAIN`); a refused start keeps its hold (the
+    caller gives it back, or keeps it). Raises as ``acquire()`` does."""
     started = _start_clock()
     taken: list[Lock] = []
     admission = _admission(config, lock, backend)
@@ -542,26 +594,13 @@ def acquire_admitted(config: GuardConfig, lock: Lock, *, wait: bool) -> tuple[bo
         if taken:
             _give_back(lock)
         raise got.error
-    if not taken:
-        return False, None
-    ask, refusal = _answer(reply, lock.name)
-    if ask:
-        return True, admit_held(config, lock)
-    if refusal is not None:
-        _give_back(lock)
-    return True, refusal
+    return (True, _answer(reply, lock.name)) if taken else (False, None)
 
 
-async def aacquire_admitted(
-    config: GuardConfig, lock: Lock, *, wait: bool
-) -> tuple[bool, Refusal | None]:
-    """:func:`acquire_admitted` for asyncio."""
-    if config.shaping is None:
-        return await config.aacquire(lock, wait=wait), None
-    backend = _one_trip(config, lock, wait) and at_once.abatch_backend([lock], least=1)
-    if not backend:
-        acquired = await config.aacquire(lock, wait=wait)
-        return acquired, await aadmit_held(config, lock) if acquired else None
+async def aattempt_admitted(
+    config: GuardConfig, lock: Lock, backend: BatchingAsyncBackend
+) -> tuple[bool, Any]:
+    """:func:`attempt_admitted` for asyncio."""
     started = _start_clock()
     taken: list[Lock] = []
     admission = _admission(config, lock, backend)
@@ -571,20 +610,7 @@ async def aacquire_admitted(
         if taken:
             await _agive_back(lock)
         raise got.error
-    if not taken:
-        return False, None
-    ask, refusal = _answer(reply, lock.name)
-    if ask:
-        return True, await aadmit_held(config, lock)
-    if refusal is not None:
-        await _agive_back(lock)
-    return True, refusal
-
-
-def _one_trip(config: GuardConfig, lock: Lock, wait: bool) -> bool:
-    """Whether *lock*'s attempt and the start's admission may share a round trip (see
-    :func:`acquire_admitted`; the backend decides the rest)."""
-    return config.attempts_once(wait) and lock._kind.primitive == "mutex"
+    return (True, _answer(reply, lock.name)) if taken else (False, None)
 
 
 def _admission(config: GuardConfig, lock: Lock, backend: Backend | AsyncBackend) -> at_once.Also:
@@ -600,13 +626,14 @@ def _admission(config: GuardConfig, lock: Lock, backend: Backend | AsyncBackend)
     return admit_after
 
 
-def _answer(reply: Any, name: str) -> tuple[bool, Refusal | None]:
-    """What ADMIT's *reply*, sent with a granted attempt, says: (ask again alone, the
-    refusal). Asked again when it failed, or found the hold gone (an operator released
-    the lock between the two scripts): as after any acquire."""
+def _answer(reply: Any, name: str) -> Any:
+    """What ADMIT's *reply*, sent with a granted attempt, says: None (admitted), the
+    :class:`Refusal`, or :data:`ASK_AGAIN` when it failed or found the hold gone (an
+    operator released the lock between the two scripts): asked again, as after any
+    acquire."""
     if isinstance(reply, Exception) or int(reply[0]) == 2:
-        return True, None
-    return False, start_refusal(reply, name)
+        return ASK_AGAIN
+    return start_refusal(reply, name)
 
 
 def limited(

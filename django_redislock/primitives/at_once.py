@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..engine import flows
-from ..engine.driver import call_many_async, call_many_sync
+from ..engine.driver import call_async, call_many_async, call_many_sync, call_sync
 from ..engine.holds import Hold
 from ..engine.identity import new_nonce
 from ..exceptions import LockBackendError, LockNotOwned
@@ -39,8 +39,8 @@ from .event_loop import finish_in_background
 from .refusals import UNREAD
 
 if TYPE_CHECKING:
-    from ..engine.backends.base import Backend, BatchingAsyncBackend
-    from ..engine.calls import Attempt, Call
+    from ..engine.backends.base import AsyncBackend, Backend, BatchingAsyncBackend
+    from ..engine.calls import Attempt, Call, Prior
     from .lock import Lock
 
 
@@ -333,3 +333,66 @@ def _outcome(step: Step, release: Release, reply: Any, holder: Any) -> Exception
     except Exception as error:
         return error
     return None
+
+
+# -- a call before a release -------------------------------------------------------------
+
+
+def run_prior_sync(prior: Prior, backend: Backend) -> None:
+    """Send *prior* in a round trip of its own and tell it how that went."""
+    try:
+        reply = call_sync(prior.call, backend)
+    except LockBackendError as error:
+        reply = error
+    prior.settle(reply)
+
+
+async def run_prior_async(prior: Prior, backend: AsyncBackend) -> None:
+    """:func:`run_prior_sync` for asyncio."""
+    try:
+        reply = await call_async(prior.call, backend)
+    except LockBackendError as error:
+        reply = error
+    prior.settle(reply)
+
+
+def after_prior_sync(prior: Prior, call: Call, lock: Lock, backend: Backend) -> Any:
+    """*call* (a release of *lock*) sent right after *prior*, in the same round trip
+    where the backend batches (else *prior* goes first, alone): *call*'s reply, or its
+    LockBackendError raised; *prior* is told its own outcome first. *prior* goes with
+    its source (``Call.inline``): a batch sent again after a NOSCRIPT runs it first
+    again, never after *call* only."""
+    batching = batch_backend([lock], least=1)
+    if batching is None:
+        run_prior_sync(prior, backend)
+        return call_sync(call, backend)
+    try:
+        first, reply = call_many_sync(_prior_first(prior, call), batching)
+    except LockBackendError as error:
+        first = reply = error
+    return _settled(prior, first, reply)
+
+
+async def after_prior_async(prior: Prior, call: Call, lock: Lock, backend: AsyncBackend) -> Any:
+    """:func:`after_prior_sync` for asyncio."""
+    batching = abatch_backend([lock], least=1)
+    if batching is None:
+        await run_prior_async(prior, backend)
+        return await call_async(call, backend)
+    try:
+        first, reply = await call_many_async(_prior_first(prior, call), batching)
+    except LockBackendError as error:
+        first = reply = error
+    return _settled(prior, first, reply)
+
+
+def _prior_first(prior: Prior, call: Call) -> list[Call]:
+    return [prior.call._replace(inline=True), call]
+
+
+def _settled(prior: Prior, first: Any, reply: Any) -> Any:
+    """*prior* told its outcome (*first*); the call after it's *reply*, or its error raised."""
+    prior.settle(first)
+    if isinstance(reply, Exception):
+        raise reply
+    return reply

@@ -29,7 +29,7 @@ from .. import signals
 from ..client.source import BackendSource, default_source
 from ..conf import setting
 from ..engine import deadlock, flows
-from ..engine.calls import Attempt, Call, NotReplicated
+from ..engine.calls import Attempt, Call, NotReplicated, Prior
 from ..engine.driver import acquire_async, acquire_sync, call_async, call_sync, run_async
 from ..engine.guarding import guard_owner
 from ..engine.holds import Hold, HoldTable, known_holds
@@ -57,6 +57,7 @@ from ..exceptions import (
     LockNotReplicated,
     about_lock,
 )
+from . import at_once
 from .event_loop import finish_in_background, refuse_in_event_loop
 from .lease import UNSET, count_arg, lease_of
 from .metadata import HolderMeta
@@ -574,27 +575,41 @@ class Lock:
         Returns and raises like :meth:`release_all`."""
         return self._release(*self._caller(), True, complete=True)
 
-    def _release(self, owner: str, made_up: bool, everything: bool, complete: bool = False) -> int:
+    def _release(
+        self, owner: str, made_up: bool, everything: bool, complete: bool = False,
+        prior: Prior | None = None,
+    ) -> int:  # fmt: skip
+        """The one release path (*prior*: a call sent just before it, in its round trip)."""
         backend = self._source.backend()
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
         call = self._release_call(backend, owner, nonce, everything, complete)
         try:
-            remaining = int(call_sync(call, backend))
+            if prior is None:
+                remaining = int(call_sync(call, backend))
+            else:
+                remaining = int(at_once.after_prior_sync(prior, call, self, backend))
         except LockBackendError as error:
             self._release_unconfirmed(owner, made_up, everything, error)
             raise
         holder = self._peek() if remaining < 0 else UNREAD
         return self._settle_release(owner, made_up, everything, remaining, holder)
 
-    async def _arelease(self, owner: str, made_up: bool, everything: bool) -> int:
+    async def _arelease(
+        self, owner: str, made_up: bool, everything: bool, prior: Prior | None = None
+    ) -> int:
+        """:meth:`_release` for asyncio. Cancelled in flight, the release (and *prior*)
+        is finished in the background with the same nonce."""
         backend = self._source.abackend()
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
         call = self._release_call(backend, owner, nonce, everything)
         try:
-            remaining = int(await call_async(call, backend))
+            if prior is None:
+                remaining = int(await call_async(call, backend))
+            else:
+                remaining = int(await at_once.after_prior_async(prior, call, self, backend))
         except asyncio.CancelledError:
             await finish_in_background(
-                self._finish_release(call, backend, owner, made_up, everything)
+                self._finish_release(call, backend, owner, made_up, everything, prior)
             )
             raise
         except LockBackendError as error:
@@ -604,9 +619,13 @@ class Lock:
         return self._settle_release(owner, made_up, everything, remaining, holder)
 
     async def _finish_release(
-        self, call: Call, backend: AsyncBackend, owner: str, made_up: bool, everything: bool
-    ) -> None:
-        remaining = int(await call_async(call, backend))
+        self, call: Call, backend: AsyncBackend, owner: str, made_up: bool, everything: bool,
+        prior: Prior | None = None,
+    ) -> None:  # fmt: skip
+        if prior is None:
+            remaining = int(await call_async(call, backend))
+        else:
+            remaining = int(await at_once.after_prior_async(prior, call, self, backend))
         try:
             self._settle_release(owner, made_up, everything, remaining)
         except LockNotOwned:
@@ -938,35 +957,46 @@ class Lock:
         within = "" if not self.timeout or not self.blocking else f" within {self.timeout:g} s"
         return LockNotAcquired(f"could not acquire lock {self.name!r}{within}", name=self.name)
 
-    def __exit__(
+    def _leave(
         self,
         exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+        *,
+        prior: Prior | None = None,
     ) -> None:
+        """Leave the ``with`` block (this is ``__exit__``): release the hold; *prior*, a
+        call sent just before the release, in its round trip (a guard's cooldown)."""
         owner, made_up = self._caller()
         hold = self._holds.get(owner)
         try:
-            self._release(owner, made_up, False)
+            self._release(owner, made_up, False, False, prior)
         except (LockBackendError, LockNotOwned) as error:
             self._end_block(owner, hold, exc_type, error)
         else:
             self._end_block(owner, hold, exc_type, None)
 
-    async def __aexit__(
+    __exit__ = _leave
+
+    async def _aleave(
         self,
         exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+        *,
+        prior: Prior | None = None,
     ) -> None:
+        """:meth:`_leave` for ``async with`` (this is ``__aexit__``)."""
         owner, made_up = self._caller()
         hold = self._holds.get(owner)
         try:
-            await self._arelease(owner, made_up, False)
+            await self._arelease(owner, made_up, False, prior)
         except (LockBackendError, LockNotOwned) as error:
             self._end_block(owner, hold, exc_type, error)
         else:
             self._end_block(owner, hold, exc_type, None)
+
+    __aexit__ = _aleave
 
     def _end_block(
         self,

@@ -52,7 +52,10 @@ async def aevalsha(client: Any, call: Call) -> Any:
 
 def _queue(pipe: Any, calls: Sequence[Call], wait: int, wait_timeout_ms: int) -> None:
     for call in calls:
-        pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+        if call.inline:
+            pipe.eval(call.script.source, len(call.keys), *call.keys, *call.args)
+        else:
+            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
     if wait:
         pipe.execute_command("WAIT", wait, wait_timeout_ms)
 
