@@ -6,8 +6,9 @@ three ways on keys of its own; per round, ``--ops`` calls of each (alternating, 
 hits all alike): p50/p99 µs per call and the ratio of the p50s to plain (the cooldown
 to plain on a fresh key per call, as it is measured). The rate is high enough (10,000
 per second, the most a window may count) and the cooldown short enough (1 ms, each call
-on a fresh key) that no call is refused: what is measured is the admission (``ADMIT`` after
-the acquire) and the cooldown's record (``COOL`` before the release), not waiting.
+on a fresh key) that no call is refused: what is measured is the admission (``ADMIT``, in
+the lock attempt's round trip) and the cooldown's start (``COOL``, in the release's),
+not waiting.
 
 Coalescing and debouncing act on Celery messages (a pending run is a new message), so
 their cost is a worker's, not a call's: ``bench_celery.py --shaping`` measures every

@@ -255,3 +255,34 @@ def test_a_shaped_task_execution_admits_in_its_attempt_and_cools_in_its_release(
     assert is_skipped(execute(cooled).retval)
     assert counting_proxy.requests - before == 2
     assert counted.get(name) is None
+
+
+def test_a_lock_that_waits_for_replicas_sends_the_cooldown_alone_first(name: str) -> None:
+    """A release that waits for replicas is not batched (primitives/at_once.py): the
+    cooldown's ``COOL`` goes in a round trip of its own, before the release, and both
+    reach the replica."""
+    from django_redislock.guards.shaping import cooling
+    from django_redislock.primitives import at_once
+    from tests.replication import ReplicatedPair
+
+    pair = ReplicatedPair(through_proxy=False)
+    try:
+        primary = LockManager(url=f"redis://127.0.0.1:{pair.primary.port}/0")
+
+        @single_instance(name, cooldown=30, manager=primary)
+        def work() -> None:
+            pass
+
+        lock = primary.lock(name, ttl=30, wait_replicas=1)
+        assert at_once.batch_backend([lock], least=1) is None
+        assert lock.acquire(blocking=False)
+        told: list[Any] = []
+        cool = cooling(work._redislock_config, lock)  # type: ignore[attr-defined]
+        assert cool is not None
+        lock._leave(None, prior=cool._replace(settle=told.append))
+        assert len(told) == 1 and isinstance(told[0], int)  # COOL's answer: when it ends
+        assert primary.get(name) is None
+        assert shaping_state(work, name).cooldown_left > 29
+        assert pair.replica_client.keys("redislock:cooldown:*")
+    finally:
+        pair.stop()
