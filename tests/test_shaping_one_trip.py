@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.test import override_settings
 
 from django_redislock import LockManager, RunLimited, signals, single_instance
 from django_redislock.guards.shaping import shaping_state
@@ -266,6 +267,9 @@ def test_a_lock_that_waits_for_replicas_sends_the_cooldown_alone_first(name: str
     from tests.replication import ReplicatedPair
 
     pair = ReplicatedPair(through_proxy=False)
+    # a loaded machine may take longer than the default 0.5 s to acknowledge
+    slow = override_settings(REDISLOCK_WAIT_TIMEOUT=5)
+    slow.enable()
     try:
         primary = LockManager(url=f"redis://127.0.0.1:{pair.primary.port}/0")
 
@@ -285,4 +289,5 @@ def test_a_lock_that_waits_for_replicas_sends_the_cooldown_alone_first(name: str
         assert shaping_state(work, name).cooldown_left > 29
         assert pair.replica_client.keys("redislock:cooldown:*")
     finally:
+        slow.disable()
         pair.stop()

@@ -211,7 +211,7 @@ def run_guarded(
     checked = False
     # A rate or cooldown's admission in the first attempt's round trip, unless the
     # completion record is looked up after the acquire (a completed run starts nothing).
-    admits = running is None and (with_lock or not late)
+    admits = with_lock or not late
     admission: Any = ASK_AGAIN
     try:  # with the record kept by the lock, an acquire of a completed run raises
         if copy:

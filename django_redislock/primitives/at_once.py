@@ -65,7 +65,7 @@ def abatch_backend(locks: Sequence[Lock], least: int = 2) -> BatchingAsyncBacken
 
 
 def _batchable(locks: Sequence[Lock], least: int) -> bool:
-    if len(locks) < max(1, least):
+    if len(locks) < least:
         return False
     source = locks[0]._source
     return all(lock._source is source and not lock.wait_replicas for lock in locks)
