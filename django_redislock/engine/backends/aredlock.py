@@ -15,11 +15,11 @@ from ..calls import Call
 from ..info import LockInfo
 from ..quorum import Reply
 from . import server
+from .direct import checkout
 from .masters import async_master
 from .redlock import (
     RedlockBase,
     WriteBehind,
-    _checkout,
     _command,
     next_position,
     scan_position,
@@ -130,7 +130,7 @@ class AsyncRedlockBackend(RedlockBase):
         """Send *call* to master *i* on a connection of its own (noted in *conns*, and
         in *sent* once written) and read the reply; an error reply is returned. A
         connection that failed is closed."""
-        conn = conns[i] = await _checkout(self.clients[i].connection_pool)
+        conn = conns[i] = await checkout(self.clients[i].connection_pool)
         try:
             await conn.send_packed_command(conn.pack_command(*_command(call)), check_health=False)
             sent.add(i)

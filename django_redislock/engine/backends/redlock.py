@@ -54,6 +54,7 @@ from ..wakeup import WakeHub, hub_for
 from . import server
 from .base import DEFAULT_WAIT_TIMEOUT_MS, BackendFeatures, backend_error, make_fork_safe
 from .cluster import NodePicker
+from .direct import checkout
 from .masters import sync_master
 
 #: A master that did not answer in time is left out of the next calls for this
@@ -64,18 +65,6 @@ DOWN_BACKOFF = 0.5
 DOWN_BACKOFF_MAX = 8.0
 #: Per-master timeout of a renewal batch: a base plus this much per call (s).
 BATCH_TIMEOUT = (0.2, 0.0001)
-
-
-#: redis-py before 5.3 requires a command name in ``get_connection``; 5.3 and
-#: later deprecate passing one (a DeprecationWarning).
-_POOL_WANTS_COMMAND_NAME = tuple(int(p) for p in redis.__version__.split(".")[:2]) < (5, 3)
-
-
-def _checkout(pool: Any) -> Any:
-    """A connection from *pool*, asked for the way this redis-py wants."""
-    if _POOL_WANTS_COMMAND_NAME:
-        return pool.get_connection("EVALSHA")
-    return pool.get_connection()
 
 
 class Scatter(NamedTuple):
@@ -326,7 +315,7 @@ class RedlockBackend(RedlockBase):
             if self._left_out(i):
                 continue
             try:
-                conn = conns[i] = _checkout(client.connection_pool)
+                conn = conns[i] = checkout(client.connection_pool)
                 data = packed.get(id(commands[i]))
                 if data is None:
                     data = packed[id(commands[i])] = conn.pack_commands(commands[i])

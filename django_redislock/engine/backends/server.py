@@ -23,31 +23,44 @@ from ..calls import Call
 from ..info import WAITERS_SHOWN, LockInfo, waiters_from_redis
 from ..keys import KeySpace
 from ..scripts import PROBE_SCRIPT, Script
+from . import direct
 from .base import backend_error, batch_wait, replicated_results
 
 
 def evalsha(client: Any, call: Call) -> Any:
     """Run *call* with EVALSHA on *client*, loading its script once on NOSCRIPT.
 
-    Sent with ``execute_command``, which the client's ``evalsha`` calls through two
-    frames of its own: the same command, its retries and instrumentation, on the
-    hot path of every lock call."""
+    Sent on a pooled connection past ``execute_command`` when nothing observes the
+    client's commands (see :mod:`.direct`), else through it: its retries and
+    instrumentation, on the hot path of every lock call."""
     script, keys = call.script, call.keys
+    args = ("EVALSHA", script.sha, len(keys), *keys, *call.args)
+    send = direct.send if direct.plain(client) else _execute
     try:
-        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *call.args)
+        return send(client, args)
     except NoScriptError:
         client.script_load(script.source)
-        return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *call.args)
+        return send(client, args)
 
 
 async def aevalsha(client: Any, call: Call) -> Any:
     """:func:`evalsha` on a ``redis.asyncio`` client."""
     script, keys = call.script, call.keys
+    args = ("EVALSHA", script.sha, len(keys), *keys, *call.args)
+    send = direct.asend if direct.plain(client) else _aexecute
     try:
-        return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *call.args)
+        return await send(client, args)
     except NoScriptError:
         await client.script_load(script.source)
-        return await client.execute_command("EVALSHA", script.sha, len(keys), *keys, *call.args)
+        return await send(client, args)
+
+
+def _execute(client: Any, args: tuple[Any, ...]) -> Any:
+    return client.execute_command(*args)
+
+
+async def _aexecute(client: Any, args: tuple[Any, ...]) -> Any:
+    return await client.execute_command(*args)
 
 
 def _queue(pipe: Any, calls: Sequence[Call], wait: int, wait_timeout_ms: int) -> None:

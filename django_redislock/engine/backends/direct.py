@@ -1,0 +1,120 @@
+"""A script sent on one of the client's pooled connections, past its command wrapper.
+
+A lock's acquire and release are one ``EVALSHA`` each, and redis-py's
+``execute_command`` wraps every command in work a script does not need: its
+metrics hooks (``redis.observability``, called even when switched off), a
+per-command dispatch, a retry closure and a response-callback lookup, about 20
+Python calls and 6-7 µs of client CPU per command on redis-py 8 (see
+docs/benchmarks.md). When nothing observes the client's commands, :func:`send` does
+what that wrapper does for a script and no more: a connection out of the client's
+own pool (its limits, fork check and stale-data check kept), the command written
+and its reply read under the connection's retry policy, with the failure handling
+``execute_command`` has in the installed redis-py (disconnect, and before redis-py 6
+retry only the errors listed in ``retry_on_error``), the connection given back.
+
+Everything goes through ``execute_command`` when :func:`plain` says something may
+observe or change the client's commands: its class is not redis-py's own or
+overrides ``execute_command``, that method was wrapped on the class or the instance
+(OpenTelemetry's, Sentry's and ddtrace's instrumentation patch the class), the client
+is a single-connection one, ``EVALSHA`` has a response callback, or redis-py's own
+metrics are switched on. A retried send after a lost reply counts once: every
+script is idempotent per nonce, as it must be for ``execute_command``'s retries.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import redis
+import redis.asyncio
+
+try:  # redis-py 7.2+: its own OpenTelemetry metrics
+    from redis.observability.providers import get_observability_instance as _observability
+except ImportError:  # pragma: no cover - older redis-py has none
+    _observability = None  # type: ignore[assignment]
+
+_PLAIN_SYNC = redis.Redis.__dict__["execute_command"]
+_PLAIN_ASYNC = redis.asyncio.Redis.__dict__["execute_command"]
+
+
+_VERSION = tuple(map(int, redis.__version__.split(".")[:2]))
+#: redis-py before 5.3 requires a command name in ``get_connection``; 5.3 and
+#: later deprecate passing one (a DeprecationWarning).
+_CHECKOUT_ARGS = ("EVALSHA",) if _VERSION < (5, 3) else ()
+#: Before redis-py 6, ``execute_command`` retried only the errors listed in the
+#: connection's ``retry_on_error``; since, whatever its retry policy supports.
+_RETRY_LISTED_ONLY = _VERSION < (6, 0)
+
+
+def checkout(pool: Any) -> Any:
+    """A connection from *pool* (sync or asyncio: then awaitable), asked for the
+    way this redis-py wants."""
+    return pool.get_connection(*_CHECKOUT_ARGS)
+
+
+def plain(client: Any) -> bool:
+    """Whether nothing observes *client*'s commands, so :func:`send` may skip
+    ``execute_command`` (see the module's docstring); checked on every call, so
+    instrumentation installed after the first lock call is honoured."""
+    cls = type(client)
+    if cls.execute_command is _PLAIN_SYNC:
+        if client.connection is not None:
+            return False
+    elif cls.execute_command is not _PLAIN_ASYNC or client.single_connection_client:
+        return False
+    return (
+        "execute_command" not in client.__dict__
+        and "EVALSHA" not in client.response_callbacks
+        and (_observability is None or _observability().get_provider_manager() is None)
+    )
+
+
+def send(client: Any, args: tuple[Any, ...]) -> Any:
+    """Send the command *args* on a connection of *client*'s pool and read its
+    reply, retried as ``execute_command`` would; redis-py's errors propagate."""
+    pool = client.connection_pool
+    conn = pool.get_connection(*_CHECKOUT_ARGS)
+    try:
+        return conn.retry.call_with_retry(partial(_exchange, conn, args), partial(_failed, conn))
+    finally:
+        pool.release(conn)
+
+
+def _exchange(conn: Any, args: tuple[Any, ...]) -> Any:
+    conn.send_command(*args)
+    return conn.read_response()
+
+
+def _failed(conn: Any, error: Exception) -> None:
+    conn.disconnect()
+    _raise_unless_retried(conn, error)
+
+
+def _raise_unless_retried(conn: Any, error: Exception) -> None:
+    if _RETRY_LISTED_ONLY and (
+        conn.retry_on_error is None or not isinstance(error, tuple(conn.retry_on_error))
+    ):
+        raise error
+
+
+async def asend(client: Any, args: tuple[Any, ...]) -> Any:
+    """:func:`send` on a ``redis.asyncio`` client."""
+    pool = client.connection_pool
+    conn = await pool.get_connection(*_CHECKOUT_ARGS)
+    try:
+        return await conn.retry.call_with_retry(
+            partial(_aexchange, conn, args), partial(_afailed, conn)
+        )
+    finally:
+        await pool.release(conn)
+
+
+async def _aexchange(conn: Any, args: tuple[Any, ...]) -> Any:
+    await conn.send_command(*args)
+    return await conn.read_response()
+
+
+async def _afailed(conn: Any, error: Exception) -> None:
+    await conn.disconnect()
+    _raise_unless_retried(conn, error)
