@@ -3,14 +3,15 @@
 A lock's acquire and release are one ``EVALSHA`` each, and redis-py's
 ``execute_command`` wraps every command in work a script does not need: its
 metrics hooks (``redis.observability``, called even when switched off), a
-per-command dispatch, a retry closure and a response-callback lookup, about 20
-Python calls and 6-7 µs of client CPU per command on redis-py 8 (see
-docs/benchmarks.md). When nothing observes the client's commands, :func:`send` does
-what that wrapper does for a script and no more: a connection out of the client's
-own pool (its limits, fork check and stale-data check kept), the command written
-and its reply read under the connection's retry policy, with the failure handling
-``execute_command`` has in the installed redis-py (disconnect, and before redis-py 6
-retry only the errors listed in ``retry_on_error``), the connection given back.
+per-command dispatch, a retry closure and a response-callback lookup: about 15
+Python calls and 7 µs of client CPU per command on redis-py 8.1, more on asyncio
+(docs/benchmarks.md, "The hot path, seventh step"). When nothing observes the
+client's commands, :func:`send` does what that wrapper does for a script and no
+more: a connection out of the client's own pool (its limits, fork check and
+stale-data check kept), the command written and its reply read under the
+connection's retry policy, with the failure handling ``execute_command`` has in the
+installed redis-py (disconnect, and before redis-py 6 retry only the errors listed
+in ``retry_on_error``), the connection given back.
 
 Everything goes through ``execute_command`` when :func:`plain` says something may
 observe or change the client's commands: its class is not redis-py's own or
