@@ -51,6 +51,9 @@ STEP4_SYNC = "locks-hotpath-step4-2026-11-27.json"
 # bench_lock_many.py, this tree and a worktree of the commit before (issue 23, fifth step)
 LOCK_MANY_AFTER = "lock-many-after-2026-11-27-1.json"
 LOCK_MANY_BEFORE = "lock-many-before-2026-11-27-1.json"
+# The seventh step (a lock's scripts past redis-py's execute_command), sync and asyncio.
+STEP7_SYNC = "direct-send-locks-2026-11-28.json"
+STEP7_ASYNC = "direct-send-async-2026-11-28-2.json"
 
 OURS_COLOR = "#c0392b"
 PEER_COLOR = "#7f8c8d"
@@ -567,6 +570,10 @@ CHARTS: dict[str, Callable[[], Figure]] = {
     "step4-sync.svg": lambda: before_after(STEP4_SYNC, "Fewer calls, fourth step: sync"),
     "gap-to-floor.svg": lambda: gap_to_floor(STEP4_SYNC),
     "lock-many.svg": lock_many,
+    "step7-sync.svg": lambda: before_after(STEP7_SYNC, "Past execute_command, seventh step: sync"),
+    "step7-async.svg": lambda: before_after(
+        STEP7_ASYNC, "Past execute_command, seventh step: asyncio"
+    ),
 }
 
 
