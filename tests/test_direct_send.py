@@ -19,12 +19,14 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.client
+import redis.client
 from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -36,6 +38,8 @@ from tests.test_faults import proxy  # noqa: F401 (a fixture: a TcpProxy before 
 
 _EXECUTE = redis.Redis.execute_command.__code__
 _AEXECUTE = redis.asyncio.Redis.execute_command.__code__
+_PIPE_EXECUTE = redis.client.Pipeline.execute.__code__
+_APIPE_EXECUTE = redis.asyncio.client.Pipeline.execute.__code__
 
 
 @contextlib.contextmanager
@@ -120,6 +124,19 @@ def test_the_direct_send_costs_fewer_python_calls_than_execute_command(name: str
         assert direct_calls <= execute_calls - 16, (direct_calls, execute_calls)
 
 
+def _on_an_asyncio_client(use: Callable[[LockManager], Awaitable[None]]) -> None:
+    """Run *use* with a manager on a new ``redis.asyncio`` client, in a new event loop."""
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        try:
+            await use(LockManager(async_client=client))
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
 def _recording_wrapper(original: Any, seen: list[str]) -> Any:
     """A wrapper like the instrumentation libraries': functools.wraps, then the original."""
 
@@ -165,16 +182,11 @@ def test_an_instrumented_asyncio_client_sees_every_lock_command(
 
     monkeypatch.setattr(redis.asyncio.Redis, "execute_command", execute_command)
 
-    async def run() -> None:
-        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-        try:
-            manager = LockManager(async_client=client)
-            async with manager.lock(name, ttl=10, auto_renew=False):
-                pass
-        finally:
-            await client.aclose()
+    async def use(manager: LockManager) -> None:
+        async with manager.lock(name, ttl=10, auto_renew=False):
+            pass
 
-    asyncio.run(run())
+    _on_an_asyncio_client(use)
     assert seen.count("EVALSHA") >= 2, seen  # acquire and release (a first NOSCRIPT adds one)
 
 
@@ -190,9 +202,9 @@ def test_a_single_connection_client_goes_through_execute_command(name: str) -> N
         client.close()
 
 
-def _lost_release_reply(relay: TcpProxy, name: str, instrumented: bool, retries: int) -> int:
-    """Requests the proxy forwarded for a release whose first reply was lost."""
-    client = redis.Redis(
+def _proxied(relay: TcpProxy, retries: int) -> redis.Redis:
+    """A client through *relay* whose connection errors are retried *retries* times."""
+    return redis.Redis(
         host="127.0.0.1",
         port=relay.port,
         socket_timeout=2,
@@ -200,6 +212,11 @@ def _lost_release_reply(relay: TcpProxy, name: str, instrumented: bool, retries:
         retry=Retry(NoBackoff(), retries),
         retry_on_error=[redis.ConnectionError],
     )
+
+
+def _lost_release_reply(relay: TcpProxy, name: str, instrumented: bool, retries: int) -> int:
+    """Requests the proxy forwarded for a release whose first reply was lost."""
+    client = _proxied(relay, retries)
     if instrumented:  # on the instance: this client only
         wrapper = _recording_wrapper(redis.Redis.execute_command, [])
         client.execute_command = wrapper.__get__(client)  # type: ignore[method-assign]
@@ -229,6 +246,119 @@ def test_a_lost_reply_is_retried_as_execute_command_would(
     direct_sent = _lost_release_reply(proxy, name, instrumented=False, retries=retries)
     wrapped_sent = _lost_release_reply(proxy, name, instrumented=True, retries=retries)
     assert direct_sent == wrapped_sent >= 2  # the lost one and its retry
+
+
+def _both(manager: LockManager, names: list[str]) -> None:
+    with manager.lock_many(names, ttl=10, auto_renew=False):
+        assert all(manager.get(n) is not None for n in names)
+    assert all(manager.get(n) is None for n in names)
+
+
+def test_a_plain_clients_batches_go_past_its_pipeline(name: str) -> None:
+    manager = LockManager(client=redis.Redis.from_url(settings.REDIS_URL))
+    names = [f"{name}:a", f"{name}:b"]
+    _both(manager, names)  # warm
+
+    def both_taken() -> None:
+        with manager.lock_many(names, ttl=10, auto_renew=False):
+            pass
+
+    called = _called_code(both_taken)  # (a snapshot read, get(), is a pipeline of its own)
+    assert all(manager.get(n) is None for n in names)
+    assert _PIPE_EXECUTE not in called
+    assert called.count(direct.send_many.__code__) == 2  # the attempts, the releases
+
+
+def test_an_asyncio_plain_clients_batches_go_past_its_pipeline(name: str) -> None:
+    names = [f"{name}:a", f"{name}:b"]
+
+    async def run() -> list[Any]:
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        manager = LockManager(async_client=client)
+        try:
+            async with manager.lock_many(names, ttl=10, auto_renew=False):  # warm
+                pass
+            with _recording() as seen:
+                async with manager.lock_many(names, ttl=10, auto_renew=False):
+                    pass
+            assert all([await manager.aget(n) is None for n in names])
+            return seen
+        finally:
+            await client.aclose()
+
+    called = asyncio.run(run())
+    assert _APIPE_EXECUTE not in called
+    assert direct.asend_many.__code__ in called
+
+
+def test_an_instrumented_pipeline_sees_every_batch(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LockManager(client=redis.Redis.from_url(settings.REDIS_URL))
+    names = [f"{name}:a", f"{name}:b"]
+    _both(manager, names)
+    batches: list[list[str]] = []
+    original = redis.client.Pipeline.execute
+
+    @functools.wraps(original)
+    def execute(self: Any, *args: Any, **options: Any) -> Any:
+        batches.append([str(command[0][0]) for command in self.command_stack])
+        return original(self, *args, **options)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+    _both(manager, names)
+    scripts = [batch for batch in batches if "HGETALL" not in batch]  # not get()'s reads
+    assert scripts == [["EVALSHA", "EVALSHA"], ["EVALSHA", "EVALSHA"]], batches
+
+
+def test_an_instrumented_asyncio_pipeline_sees_every_batch(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [f"{name}:a", f"{name}:b"]
+    batches: list[int] = []
+    original = redis.asyncio.client.Pipeline.execute
+
+    @functools.wraps(original)
+    async def execute(self: Any, *args: Any, **options: Any) -> Any:
+        batches.append(len(self.command_stack))
+        return await original(self, *args, **options)
+
+    monkeypatch.setattr(redis.asyncio.client.Pipeline, "execute", execute)
+
+    async def use(manager: LockManager) -> None:
+        async with manager.lock_many(names, ttl=10, auto_renew=False):
+            pass
+
+    _on_an_asyncio_client(use)
+    assert batches[-2:] == [2, 2], batches  # the attempts, the releases
+
+
+def _lost_batch_reply(relay: TcpProxy, name: str, instrumented: bool) -> int:
+    """Requests the proxy forwarded for a lock_many whose first batch reply was lost."""
+    client = _proxied(relay, 2)
+    if instrumented:  # on the instance: this client's pipelines only
+        client.pipeline = functools.partial(redis.Redis.pipeline, client)  # type: ignore[method-assign]
+    manager = LockManager(client=client)
+    names = [f"{name}:a", f"{name}:b"]
+    _both(manager, names)  # scripts known, connection made
+    relay.drop_next_replies(1)
+    before = relay.requests
+    with manager.lock_many(names, ttl=10, auto_renew=False):
+        sent = relay.requests - before
+        infos = [manager.get(n) for n in names]
+        assert all(i is not None and i.hold_count == 1 for i in infos), infos
+    assert all(manager.get(n) is None for n in names)
+    client.close()
+    return sent
+
+
+def test_a_lost_batch_reply_is_retried_as_the_pipeline_would(
+    proxy: TcpProxy,  # noqa: F811
+    name: str,
+) -> None:
+    direct_sent = _lost_batch_reply(proxy, f"{name}:d", instrumented=False)
+    wrapped_sent = _lost_batch_reply(proxy, f"{name}:w", instrumented=True)
+    assert direct_sent == wrapped_sent >= 2  # the lost batch and its retry
 
 
 _OBSERVED = textwrap.dedent(

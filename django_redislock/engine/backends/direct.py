@@ -24,11 +24,15 @@ script is idempotent per nonce, as it must be for ``execute_command``'s retries.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.client
+import redis.client
+from redis.exceptions import ResponseError
 
 try:  # redis-py 7.2+: its own OpenTelemetry metrics
     from redis.observability.providers import get_observability_instance as _observability
@@ -37,6 +41,21 @@ except ImportError:  # pragma: no cover - older redis-py has none
 
 _PLAIN_SYNC = redis.Redis.__dict__["execute_command"]
 _PLAIN_ASYNC = redis.asyncio.Redis.__dict__["execute_command"]
+#: What a batch needs of the client to go past its pipeline, by the client's kind
+#: (its ``execute_command``): redis-py's own ``pipeline()``, and its pipeline class
+#: with that class's own ``execute`` (the method instrumentation wraps).
+_PIPELINE: dict[Any, tuple[Any, Any, Any]] = {
+    _PLAIN_SYNC: (
+        redis.Redis.__dict__["pipeline"],
+        redis.client.Pipeline,
+        redis.client.Pipeline.__dict__["execute"],
+    ),
+    _PLAIN_ASYNC: (
+        redis.asyncio.Redis.__dict__["pipeline"],
+        redis.asyncio.client.Pipeline,
+        redis.asyncio.client.Pipeline.__dict__["execute"],
+    ),
+}
 
 
 _VERSION = tuple(map(int, redis.__version__.split(".")[:2]))
@@ -71,6 +90,20 @@ def plain(client: Any) -> bool:
     )
 
 
+def plain_batch(client: Any) -> bool:
+    """Whether nothing observes *client*'s pipelines either, so :func:`send_many` may
+    skip them: :func:`plain`, and its ``pipeline()`` and its pipeline class's
+    ``execute`` are redis-py's own (instrumentation wraps ``Pipeline.execute``)."""
+    if not plain(client):
+        return False
+    method, pipeline, execute = _PIPELINE[type(client).execute_command]
+    return (
+        type(client).pipeline is method
+        and pipeline.execute is execute
+        and "pipeline" not in client.__dict__
+    )
+
+
 def send(client: Any, args: tuple[Any, ...]) -> Any:
     """Send the command *args* on a connection of *client*'s pool and read its
     reply, retried as ``execute_command`` would; redis-py's errors propagate."""
@@ -85,6 +118,31 @@ def send(client: Any, args: tuple[Any, ...]) -> Any:
 def _exchange(conn: Any, args: tuple[Any, ...]) -> Any:
     conn.send_command(*args)
     return conn.read_response()
+
+
+def send_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Send *commands* in one write on a connection of *client*'s pool and read every
+    reply, as a pipeline's ``execute(raise_on_error=False)`` does: an error reply is
+    returned in its place; the batch is retried whole as the pipeline would."""
+    pool = client.connection_pool
+    conn = pool.get_connection(*_CHECKOUT_ARGS)
+    try:
+        return conn.retry.call_with_retry(  # type: ignore[no-any-return]
+            partial(_exchange_many, conn, commands), partial(_failed, conn)
+        )
+    finally:
+        pool.release(conn)
+
+
+def _exchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    conn.send_packed_command(conn.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(conn.read_response())
+        except ResponseError as exc:
+            replies.append(exc)
+    return replies
 
 
 def _failed(conn: Any, error: Exception) -> None:
@@ -114,6 +172,29 @@ async def asend(client: Any, args: tuple[Any, ...]) -> Any:
 async def _aexchange(conn: Any, args: tuple[Any, ...]) -> Any:
     await conn.send_command(*args)
     return await conn.read_response()
+
+
+async def asend_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """:func:`send_many` on a ``redis.asyncio`` client."""
+    pool = client.connection_pool
+    conn = await pool.get_connection(*_CHECKOUT_ARGS)
+    try:
+        return await conn.retry.call_with_retry(  # type: ignore[no-any-return]
+            partial(_aexchange_many, conn, commands), partial(_afailed, conn)
+        )
+    finally:
+        await pool.release(conn)
+
+
+async def _aexchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    await conn.send_packed_command(conn.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(await conn.read_response())
+        except ResponseError as exc:
+            replies.append(exc)
+    return replies
 
 
 async def _afailed(conn: Any, error: Exception) -> None:

@@ -63,14 +63,19 @@ async def _aexecute(client: Any, args: tuple[Any, ...]) -> Any:
     return await client.execute_command(*args)
 
 
-def _queue(pipe: Any, calls: Sequence[Call], wait: int, wait_timeout_ms: int) -> None:
-    for call in calls:
-        if call.inline:
-            pipe.eval(call.script.source, len(call.keys), *call.keys, *call.args)
-        else:
-            pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+def _commands(calls: Sequence[Call], wait: int, wait_timeout_ms: int) -> list[tuple[Any, ...]]:
+    """The commands of a batch of *calls*: each script by SHA (by its source when
+    ``call.inline``: a resend after NOSCRIPT cannot run it after a later call), and
+    ``WAIT`` when asked."""
+    commands: list[tuple[Any, ...]] = [
+        ("EVAL", call.script.source, len(call.keys), *call.keys, *call.args)
+        if call.inline
+        else ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+        for call in calls
+    ]
     if wait:
-        pipe.execute_command("WAIT", wait, wait_timeout_ms)
+        commands.append(("WAIT", wait, wait_timeout_ms))
+    return commands
 
 
 def _split(results: list[Any], wait: int) -> tuple[list[Any], Any]:
@@ -83,14 +88,15 @@ def pipelined(client: Any, calls: Sequence[Call], wait_timeout_ms: int) -> tuple
     When any call asks for replicas, one ``WAIT <most asked> <wait_timeout_ms>``
     follows on the same connection (WAIT counts only that connection's writes).
     Scripts the server did not know are loaded and the batch is sent once more.
+    Sent past the client's pipeline when nothing observes it (see :mod:`.direct`).
     Returns each call's raw reply (an exception object for a failed one) and
     WAIT's reply (None without WAIT); raises RedisError if the round trip failed.
     """
     wait = batch_wait(calls)
+    commands = _commands(calls, wait, wait_timeout_ms)
+    send = direct.send_many if direct.plain_batch(client) else _pipeline
     for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        _queue(pipe, calls, wait, wait_timeout_ms)
-        results = pipe.execute(raise_on_error=False)
+        results = send(client, commands)
         missing = missing_scripts(calls, results)
         if not missing or attempt:
             break
@@ -104,16 +110,30 @@ async def apipelined(
 ) -> tuple[list[Any], Any]:
     """:func:`pipelined` on a ``redis.asyncio`` client."""
     wait = batch_wait(calls)
+    commands = _commands(calls, wait, wait_timeout_ms)
+    send = direct.asend_many if direct.plain_batch(client) else _apipeline
     for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        _queue(pipe, calls, wait, wait_timeout_ms)
-        results = await pipe.execute(raise_on_error=False)
+        results = await send(client, commands)
         missing = missing_scripts(calls, results)
         if not missing or attempt:
             break
         for script in missing:
             await client.script_load(script.source)
     return _split(results, wait)
+
+
+def _pipeline(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+
+async def _apipeline(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
 
 def batch_results(calls: Sequence[Call], results: list[Any], acks: Any) -> list[Any]:
