@@ -56,6 +56,8 @@ def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: 
         "step4-sync.svg": (plot.STEP4_SYNC, "after ÷ before"),
         "gap-to-floor.svg": (plot.STEP4_SYNC, "over the floor"),
         "lock-many.svg": (plot.LOCK_MANY_AFTER, "round trips"),
+        "step7-sync.svg": (plot.STEP7_SYNC, "after ÷ before"),
+        "step7-async.svg": (plot.STEP7_ASYNC, "after ÷ before"),
     }
     assert set(plot.CHARTS) == set(sources)
     for filename, (result, unit) in sources.items():

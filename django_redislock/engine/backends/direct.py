@@ -20,6 +20,11 @@ overrides ``execute_command``, that method was wrapped on the class or the insta
 is a single-connection one, ``EVALSHA`` has a response callback, or redis-py's own
 metrics are switched on. A retried send after a lost reply counts once: every
 script is idempotent per nonce, as it must be for ``execute_command``'s retries.
+
+A batch of scripts goes the same way past the client's pipeline (:func:`send_many`,
+as ``Pipeline.execute(raise_on_error=False)``: one write, every reply read, an
+error reply kept in its place), unless :func:`plain_batch` says the pipeline is
+observed too (a wrapper on ``Pipeline.execute``, an overridden ``pipeline()``).
 """
 
 from __future__ import annotations
