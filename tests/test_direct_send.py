@@ -1,9 +1,10 @@
 """A lock's scripts go past ``execute_command`` only when nothing observes the client.
 
 engine/backends/direct.py sends a lock's ``EVALSHA`` on a pooled connection when the
-client is redis-py's own, unwrapped; instrumentation (a wrapper on the class, as
-OpenTelemetry, Sentry and ddtrace install, or on the instance), a single-connection
-client and redis-py's own metrics keep every command on ``execute_command``. Which
+client is redis-py's own, unwrapped, and a batch of them past the client's pipeline;
+instrumentation (a wrapper on the class, as OpenTelemetry, Sentry and ddtrace install,
+or on the instance), a single-connection client and redis-py's own metrics keep every
+command on ``execute_command`` (a wrapped ``Pipeline.execute``, every batch on it). Which
 path ran is observed with ``sys.setprofile`` (the code objects called), so nothing
 the decision looks at is patched; the wrappers the instrumentation tests install are
 real ones, the kind those libraries install. The retries of both paths are compared
