@@ -111,18 +111,20 @@ def plain_batch(client: Any) -> bool:
 
 def send(client: Any, args: tuple[Any, ...]) -> Any:
     """Send the command *args* on a connection of *client*'s pool and read its
-    reply, retried as ``execute_command`` would; redis-py's errors propagate."""
+    reply, retried as ``execute_command`` would; redis-py's errors propagate (an
+    error reply raised, as there)."""
     pool = client.connection_pool
+    # checkout(), written out: this runs twice for every lock's acquire and release.
     conn = pool.get_connection(*_CHECKOUT_ARGS)
     try:
-        return conn.retry.call_with_retry(partial(_exchange, conn, args), partial(_failed, conn))
+        (reply,) = conn.retry.call_with_retry(
+            partial(_exchange_many, conn, (args,)), partial(_failed, conn)
+        )
     finally:
         pool.release(conn)
-
-
-def _exchange(conn: Any, args: tuple[Any, ...]) -> Any:
-    conn.send_command(*args)
-    return conn.read_response()
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
 
 
 def send_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -167,16 +169,14 @@ async def asend(client: Any, args: tuple[Any, ...]) -> Any:
     pool = client.connection_pool
     conn = await pool.get_connection(*_CHECKOUT_ARGS)
     try:
-        return await conn.retry.call_with_retry(
-            partial(_aexchange, conn, args), partial(_afailed, conn)
+        (reply,) = await conn.retry.call_with_retry(
+            partial(_aexchange_many, conn, (args,)), partial(_afailed, conn)
         )
     finally:
         await pool.release(conn)
-
-
-async def _aexchange(conn: Any, args: tuple[Any, ...]) -> Any:
-    await conn.send_command(*args)
-    return await conn.read_response()
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
 
 
 async def asend_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
