@@ -39,6 +39,8 @@ import redis.asyncio.client
 import redis.client
 from redis.exceptions import ResponseError
 
+from django_redislock.engine.backends.wire import packed
+
 try:  # redis-py 7.2+: its own OpenTelemetry metrics
     from redis.observability.providers import get_observability_instance as _observability
 except ImportError:  # pragma: no cover - older redis-py has none
@@ -142,7 +144,7 @@ def send_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
 
 
 def _exchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-    conn.send_packed_command(conn.pack_commands(commands))
+    conn.send_packed_command(packed(conn, commands))
     replies: list[Any] = []
     for _ in commands:
         try:
@@ -192,7 +194,7 @@ async def asend_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[A
 
 
 async def _aexchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-    await conn.send_packed_command(conn.pack_commands(commands))
+    await conn.send_packed_command(packed(conn, commands))
     replies: list[Any] = []
     for _ in commands:
         try:
