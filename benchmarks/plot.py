@@ -54,6 +54,9 @@ LOCK_MANY_BEFORE = "lock-many-before-2026-11-27-1.json"
 # The seventh step (a lock's scripts past redis-py's execute_command), sync and asyncio.
 STEP7_SYNC = "direct-send-locks-2026-11-28.json"
 STEP7_ASYNC = "direct-send-async-2026-11-28-2.json"
+# The eighth step (the direct path packs its own commands), sync; and where the
+# uncontended gap to the floor stands after it.
+STEP8_SYNC = "wire-locks-2026-11-28-1.json"
 
 OURS_COLOR = "#c0392b"
 PEER_COLOR = "#7f8c8d"
@@ -574,6 +577,8 @@ CHARTS: dict[str, Callable[[], Figure]] = {
     "step7-async.svg": lambda: before_after(
         STEP7_ASYNC, "Past execute_command, seventh step: asyncio"
     ),
+    "step8-sync.svg": lambda: before_after(STEP8_SYNC, "Our own packing, eighth step: sync"),
+    "gap-to-floor-step8.svg": lambda: gap_to_floor(STEP8_SYNC),
 }
 
 

@@ -58,6 +58,8 @@ def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: 
         "lock-many.svg": (plot.LOCK_MANY_AFTER, "round trips"),
         "step7-sync.svg": (plot.STEP7_SYNC, "after ÷ before"),
         "step7-async.svg": (plot.STEP7_ASYNC, "after ÷ before"),
+        "step8-sync.svg": (plot.STEP8_SYNC, "after ÷ before"),
+        "gap-to-floor-step8.svg": (plot.STEP8_SYNC, "over the floor"),
     }
     assert set(plot.CHARTS) == set(sources)
     for filename, (result, unit) in sources.items():
