@@ -1217,6 +1217,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small smoke-test sizes (< 40 s)")
     ap.add_argument("--redis-url", default=None, help="use this Redis instead of starting one")
     ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="Redis on one CPU, the benchmark's processes on the others: use for a "
+        "--baseline before/after (see benchmarks/README.md)",
+    )
+    ap.add_argument(
         "--out",
         default=None,
         help="JSON output path (default benchmarks/results/async-<date>.json)",
@@ -1262,6 +1268,9 @@ def main(argv: list[str] | None = None) -> int:
         f"redis {results['machine']['redis_server']} at {url}; {os.cpu_count()} CPUs; "
         f"load {results['machine']['loadavg_at_start']}"
     )
+    if args.pin:  # before any worker or tree process starts: they inherit it
+        results["machine"]["pinned"] = B.pin_processes()
+        log(f"pinned: {results['machine']['pinned']}")
     ulibs = usable(_csv(args.uncontended_libs), notes)
     hlibs = [k for k in usable(_csv(args.handoff_libs), notes) if LIBS[k].blocking]
     wlibs = [k for k in usable(_csv(args.wake_libs), notes) if LIBS[k].blocking]

@@ -1270,6 +1270,26 @@ def regression_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     return t
 
 
+def pin_processes() -> str:
+    """``--pin``: the Redis server's main thread on the first CPU this process may use,
+    this process and every process it starts afterwards on the others (inherited by
+    forked and spawned children). Which CPU a client shares with Redis, decided by
+    the scheduler anew in each run, moves an asyncio cycle's CPU by a fifth (a reply
+    that arrives before the read is awaited saves a trip through the event loop), so
+    a before/after of two tree processes varied by that much; pinned, two processes
+    of the same tree measure alike. Returns what was done, for the results."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return "not pinned: one CPU"
+    server_pid = int(client().info("server")["process_id"])
+    try:
+        os.sched_setaffinity(server_pid, {cpus[0]})
+    except OSError as exc:  # not a process of this machine's (or not ours to pin)
+        return f"not pinned: redis-server pid {server_pid}: {exc}"
+    os.sched_setaffinity(0, set(cpus[1:]))
+    return f"redis-server (pid {server_pid}) on CPU {cpus[0]}, the benchmark on {cpus[1:]}"
+
+
 def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": sys.version.split()[0],
