@@ -10,6 +10,10 @@ lock held by someone else counts nothing, and gives nothing back.
 A run's end sends the cooldown's start (``COOL``) just before its release, in the
 release's round trip (guards/shaping.py ``cooling``, primitives/at_once.py
 ``after_prior_sync``): a guarded call with a cooldown costs two round trips too.
+
+A coalescing Celery task's execution asks its key's pending slot whether it is the
+slot's sweeper (``SWEEP``, read-only) in its lock attempt's round trip
+(celery/coalesce.py ``attempt_swept``).
 """
 
 from __future__ import annotations
@@ -291,3 +295,65 @@ def test_a_lock_that_waits_for_replicas_sends_the_cooldown_alone_first(name: str
     finally:
         slow.disable()
         pair.stop()
+
+
+def test_a_coalescing_task_execution_asks_its_pending_slot_in_its_attempt(
+    counted: LockManager, counting_proxy: TcpProxy, name: str, redis_client: redis.Redis
+) -> None:
+    """A Celery execution of a coalescing task as the worker runs it: taking the lock
+    and asking the pending slot whether this execution is its sweeper (``SWEEP``) is
+    one round trip; at its end, taking the pending call (none) and the release are two.
+    With a pending call, the sweeper's execution hands it on: the new task is sent, the
+    lock stays held for it, and the sweeper's copy is dropped (Ignore)."""
+    from celery import Celery, states
+    from celery.app.trace import build_tracer
+
+    from django_redislock.engine.scripts import TRANSFER
+
+    app = Celery("one-trip-coalesce", set_as_current=False)
+    app.conf.update(broker_url="memory://", result_backend=None, task_ignore_result=True)
+    ran: list[int] = []
+
+    @app.task(name=f"coalesced-{name}")
+    @single_instance(name, coalesce=True, manager=counted)
+    def coalesced(i: int) -> int:
+        ran.append(i)
+        return i
+
+    @app.task(name=f"warm-{name}")
+    @single_instance(f"{name}:warm", coalesce=True, manager=counted)
+    def warm() -> None:
+        pass
+
+    app.finalize()
+
+    def execute(lazy: Any, *args: Any, task_id: str | None = None) -> Any:
+        task = app.tasks[lazy.name]
+        tracer = build_tracer(task.name, task, app=app, eager=False, propagate=True)
+        task_id = task_id or f"{task.name}-{counting_proxy.requests}"
+        return tracer(task_id, args, {}, {"id": task_id, "delivery_info": {}})
+
+    execute(warm)  # the connection is made and the scripts are loaded
+    before = counting_proxy.requests
+    assert execute(coalesced, 1).retval == 1
+    assert counting_proxy.requests - before == 3  # attempt + SWEEP, TAKE, release
+    assert counted.get(name) is None
+
+    # A call that finds the key held pends and becomes the slot's sweeper. When the
+    # holder ends without handing the call on (here an operator frees its hold, as
+    # when its worker died), the sweeper's copy comes back, and the SWEEP its attempt
+    # carried tells it that it is the sweeper: it hands the pending call on (a new
+    # task id holds the lock, the call is sent) and does not run it itself.
+    holder = counted.lock(name, owner="a dead worker's execution", ttl=30)
+    assert holder.acquire()
+    sweeper = f"sweeper-{name}"
+    assert execute(coalesced, 2, task_id=sweeper).info.state == states.IGNORED  # re-sent
+    assert counted.force_release(name)
+    redis_client.script_load(TRANSFER)  # (its first use would add NOSCRIPT and a load)
+    before = counting_proxy.requests
+    assert execute(coalesced, 2, task_id=sweeper).info.state == states.IGNORED
+    assert counting_proxy.requests - before == 3  # attempt + SWEEP, TAKE, the transfer
+    assert ran == [1]  # the pending call was handed on, not run here
+    info = counted.get(name)
+    assert info is not None and info.owner not in (sweeper, "a dead worker's execution")
+    assert counted.force_release(name)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from celery import Task
 from celery.exceptions import Ignore
@@ -42,14 +42,18 @@ from ..engine.calls import Call
 from ..engine.driver import call_sync
 from ..engine.shaping_scripts import PEND, SWEEP, TAKE
 from ..guards.guard import GuardConfig, lease_left, release_task_hold
-from ..guards.shaping import ShapingUnsupported, shaping_key
+from ..guards.shaping import ASK_AGAIN, ShapingUnsupported, attempt_carrying, shaping_key
+from ..primitives import at_once
 from ..primitives.lock import Lock
 from .redelivery import COMPLETION_TTL
 from .shaping import resend
 
+if TYPE_CHECKING:
+    from ..engine.backends.base import Backend
+
 logger = logging.getLogger("django_redislock.celery")
 
-__all__ = ["ACQUIRED", "RUN", "hand_on", "pend", "sweep"]
+__all__ = ["ACQUIRED", "RUN", "attempt_swept", "hand_on", "pend", "sweep", "sweeping_backend"]
 
 #: :func:`pend`'s answer when the lock was free after all and is now held.
 ACQUIRED: Any = object()
@@ -126,16 +130,36 @@ def pend(
     return _coalesced(name)  # the lock changed hands three times: someone runs
 
 
-def sweep(task: Task, config: GuardConfig, lock: Lock, name: str) -> Any:
+def sweeping_backend(lock: Lock) -> Backend | None:
+    """The backend that sends an attempt at *lock* and :func:`sweep`'s question in one
+    round trip (one Redis or a Cluster), or None (a lock that waits for replicas)."""
+    return at_once.batch_backend([lock], least=1)
+
+
+def attempt_swept(lock: Lock, backend: Backend, task_id: str) -> tuple[bool, Any]:
+    """One attempt at *lock* with :func:`sweep`'s question after it, in one round trip:
+    (held, the answer for :func:`sweep`: ASK_AGAIN when it could not be had). The
+    answer is read after the grant, by the holder: nothing changes it while the lock
+    is held (only a holder hands a pending call on). Raises as ``acquire()`` does."""
+    held, reply = attempt_carrying(
+        lock, backend, lambda _made: [_sweep_call(backend, lock.name, task_id)]
+    )
+    if not held or isinstance(reply, Exception):
+        return held, ASK_AGAIN
+    return held, reply
+
+
+def sweep(task: Task, config: GuardConfig, lock: Lock, name: str, answer: Any = ASK_AGAIN) -> Any:
     """An execution of *task* just took its key's lock: :data:`RUN` its own call, or,
     when it is the pending call's sweeper, hand that call on; when it is a retired
-    sweeper, give the lock back and drop this copy (both raise Ignore)."""
+    sweeper, give the lock back and drop this copy (both raise Ignore). *answer*: the
+    question's answer when the lock's attempt carried it (:func:`attempt_swept`)."""
     task_id = task.request.id
     if task_id is None:
         return RUN
-    backend = _backend(config, name)
-    keys = (shaping_key(backend, name, "pending"), shaping_key(backend, name, "retired"))
-    answer = call_sync(Call(SWEEP, keys, (task_id,), "look for a pending call", name), backend)
+    if answer is ASK_AGAIN:
+        backend = _backend(config, name)
+        answer = call_sync(_sweep_call(backend, name, task_id), backend)
     answer = answer.decode() if isinstance(answer, bytes) else str(answer)
     if answer == "run":
         return RUN
@@ -143,6 +167,12 @@ def sweep(task: Task, config: GuardConfig, lock: Lock, name: str) -> Any:
         raise Ignore()
     release_task_hold(lock)
     _drop_retired(task, name)
+
+
+def _sweep_call(backend: Any, name: str, task_id: str) -> Call:
+    """``SWEEP`` for the execution *task_id* of lock *name*'s runs."""
+    keys = (shaping_key(backend, name, "pending"), shaping_key(backend, name, "retired"))
+    return Call(SWEEP, keys, (task_id,), "look for a pending call", name)
 
 
 def _drop_retired(task: Task, name: str) -> NoReturn:

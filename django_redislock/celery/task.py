@@ -71,7 +71,7 @@ from ..primitives.lock import Lock
 from ..primitives.refusals import UNREAD
 from ..primitives.semaphore import validate_limit
 from .autoretry import autoretry_delay
-from .coalesce import ACQUIRED, hand_on, pend, sweep
+from .coalesce import ACQUIRED, attempt_swept, hand_on, pend, sweep, sweeping_backend
 from .debounce import RUN as DEBOUNCE_RUN
 from .debounce import debounce
 from .redelivery import (
@@ -211,11 +211,12 @@ def run_guarded(
     checked = False
     # A rate or cooldown's admission in the first attempt's round trip, unless the
     # completion record is looked up after the acquire (a completed run starts nothing).
+    # A coalescing task's question to its pending slot rides there too (read-only).
     admits = with_lock or not late
-    admission: Any = ASK_AGAIN
+    carried: Any = ASK_AGAIN  # the answer of the call that rode with the first attempt
     try:  # with the record kept by the lock, an acquire of a completed run raises
         if copy:
-            acquired, seen, at_once, admission = _acquire_execution(
+            acquired, seen, at_once, carried = _acquire_execution(
                 task, config, lock, name, on_locked, admits
             )
             checked = with_lock and at_once
@@ -242,10 +243,10 @@ def run_guarded(
         if done:
             release_task_hold(lock)
             drop(task, name)
-    if running is None and config.coalesce:
-        sweep(task, config, lock, name)  # a sweeper of a pending call hands it on
+    if running is None and config.coalesce:  # (coalescing has no rate or cooldown)
+        sweep(task, config, lock, name, carried)  # a sweeper of a pending call hands it on
     if running is None and config.shaping is not None:  # a rate limit or a cooldown
-        started = settle_start(task, lock, config, call_args, kwargs, _keep_for_retry, admission)
+        started = settle_start(task, lock, config, call_args, kwargs, _keep_for_retry, carried)
         if started is not ADMITTED:
             return started
     run_key = (name, lock.owner)
@@ -284,11 +285,13 @@ def _acquire_execution(
     task: Task, config: GuardConfig, lock: Lock, name: str, on_locked: Any, admits: bool
 ) -> tuple[bool, Any, bool, Any]:
     """Take *lock* for a new execution of *task*'s id, settling a broker's copy:
-    ``(acquired, holder, at_once, admission)``, *holder* the lock's snapshot as read to
+    ``(acquired, holder, at_once, carried)``, *holder* the lock's snapshot as read to
     refuse it (or :data:`~django_redislock.primitives.refusals.UNREAD`), *at_once*:
     granted by the lock's own acquire script, not handed over after a wait;
-    *admission*: with *admits*, a shaped task's first attempt carries its start's
-    admission (``attempt_admitted``), and this is its answer (else ``ASK_AGAIN``).
+    *carried*: the answer of the call the granted first attempt carried, else
+    ``ASK_AGAIN``: with *admits*, a shaped task's start's admission
+    (``attempt_admitted``); a coalescing task's question to its pending slot
+    (``attempt_swept``; the two never combine).
 
     When another execution of the same task id holds the lock, this one is a
     copy of it (see :mod:`django_redislock.celery.redelivery`): it takes the hold
@@ -299,13 +302,16 @@ def _acquire_execution(
     manager = config.lock_manager()
     copy_of = None
     admitting = admitting_backend(config, lock) if admits else None
+    sweeping = sweeping_backend(lock) if config.coalesce else None
     for _ in range(TAKEOVER_TRIES):
         if admitting is not None:
-            held, admission = attempt_admitted(config, lock, admitting)
+            held, carried = attempt_admitted(config, lock, admitting)
+        elif sweeping is not None:
+            held, carried = attempt_swept(lock, sweeping, task_id)
         else:
-            held, admission = lock.acquire(blocking=False), ASK_AGAIN
+            held, carried = lock.acquire(blocking=False), ASK_AGAIN
         if held:
-            return True, UNREAD, True, admission
+            return True, UNREAD, True, carried
         info = manager.get(name)
         holder = execution_of(info, task_id)
         if holder is None:

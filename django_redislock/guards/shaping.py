@@ -76,6 +76,7 @@ __all__ = [
     "acquire_admitted",
     "admitting_backend",
     "attempt_admitted",
+    "attempt_carrying",
     "check_coalesce",
     "check_debounce",
     "aadmit_held",
@@ -585,16 +586,24 @@ def attempt_admitted(config: GuardConfig, lock: Lock, backend: Backend) -> tuple
     the attempt's owner then holds the lock. Returns (held, the admission: None, a
     :class:`Refusal`, or :data:`ASK_AGAIN`); a refused start keeps its hold (the
     caller gives it back, or keeps it). Raises as ``acquire()`` does."""
+    held, reply = attempt_carrying(lock, backend, _admission(config, lock, backend))
+    return (True, _answer(reply, lock.name)) if held else (False, None)
+
+
+def attempt_carrying(lock: Lock, backend: Backend, also: at_once.Also) -> tuple[bool, Any]:
+    """One attempt at *lock* (never queued) with the one call *also* makes after it, in
+    one round trip (*backend*: a batching backend, see :func:`admitting_backend`).
+    Returns (held, that call's reply: a value or the exception it met; None when not
+    held). Raises as ``acquire()`` does, a hold it got given back first."""
     started = _start_clock()
     taken: list[Lock] = []
-    admission = _admission(config, lock, backend)
-    got, (reply,) = at_once.take_sync([lock], backend, started, taken, admission)
+    got, (reply,) = at_once.take_sync([lock], backend, started, taken, also)
     at_once.tell_refused(got, started, backend)
     if got.error is not None:  # as acquire() raises it; a hold it got goes back first
         if taken:
             _give_back(lock)
         raise got.error
-    return (True, _answer(reply, lock.name)) if taken else (False, None)
+    return (True, reply) if taken else (False, None)
 
 
 async def aattempt_admitted(
