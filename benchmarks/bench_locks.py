@@ -1273,11 +1273,10 @@ def regression_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
 def pin_processes() -> str:
     """``--pin``: the Redis server's main thread on the first CPU this process may use,
     this process and every process it starts afterwards on the others (inherited by
-    forked and spawned children). Which CPU a client shares with Redis, decided by
-    the scheduler anew in each run, moves an asyncio cycle's CPU by a fifth (a reply
-    that arrives before the read is awaited saves a trip through the event loop), so
-    a before/after of two tree processes varied by that much; pinned, two processes
-    of the same tree measure alike. Returns what was done, for the results."""
+    forked and spawned children). Unpinned, one of two tree processes of the same
+    tree could run an asyncio cycle a fifth faster than the other, which one varying
+    from run to run (likely where the scheduler placed it relative to Redis); pinned,
+    they measure alike (benchmarks/README.md). Returns what was done, for the results."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return "not pinned: one CPU"

@@ -303,8 +303,8 @@ def test_a_coalescing_task_execution_asks_its_pending_slot_in_its_attempt(
     """A Celery execution of a coalescing task as the worker runs it: taking the lock
     and asking the pending slot whether this execution is its sweeper (``SWEEP``) is
     one round trip; at its end, taking the pending call (none) and the release are two.
-    With a pending call, the sweeper's execution hands it on: the new task is sent, the
-    lock stays held for it, and the sweeper's copy is dropped (Ignore)."""
+    With a pending call, the sweeper's execution hands it on in as many: the lock stays
+    held, under a new task id, and the sweeper's copy is dropped (Ignore)."""
     from celery import Celery, states
     from celery.app.trace import build_tracer
 
@@ -343,7 +343,7 @@ def test_a_coalescing_task_execution_asks_its_pending_slot_in_its_attempt(
     # holder ends without handing the call on (here an operator frees its hold, as
     # when its worker died), the sweeper's copy comes back, and the SWEEP its attempt
     # carried tells it that it is the sweeper: it hands the pending call on (a new
-    # task id holds the lock, the call is sent) and does not run it itself.
+    # task id holds the lock) and does not run it itself.
     holder = counted.lock(name, owner="a dead worker's execution", ttl=30)
     assert holder.acquire()
     sweeper = f"sweeper-{name}"
