@@ -128,11 +128,11 @@ def _completion_recorded_at_start() -> None:
 
     real = task.sweep
 
-    def sweep(celery_task: Any, config: Any, lock: Any, name: str) -> Any:
+    def sweep(celery_task: Any, config: Any, lock: Any, name: str, *answer: Any) -> Any:
         if celery_task.acks_late and celery_task.request.id is not None:
             # deliberate fault: the run is marked completed before it ran
             redelivery.record_completion(config.lock_manager(), name, celery_task.request.id)
-        return real(celery_task, config, lock, name)
+        return real(celery_task, config, lock, name, *answer)
 
     task.sweep = sweep
 
