@@ -99,11 +99,7 @@ def pend(
     for when the holder's lease runs out (raises Ignore).
     """
     backend = _backend(config, name)
-    keys = (
-        backend.keyspace.keys(name).lock,
-        shaping_key(backend, name, "pending"),
-        shaping_key(backend, name, "retired"),
-    )
+    keys = (backend.keyspace.keys(name).lock, *_slot_keys(backend, name))
     call = _dumps({"args": list(call_args), "kwargs": kwargs})
     # A call that cannot be sent again (eager, or no task id) pends without a sweeper.
     resendable = task.request.id is not None and not task.request.is_eager
@@ -171,8 +167,13 @@ def sweep(task: Task, config: GuardConfig, lock: Lock, name: str, answer: Any = 
 
 def _sweep_call(backend: Any, name: str, task_id: str) -> Call:
     """``SWEEP`` for the execution *task_id* of lock *name*'s runs."""
-    keys = (shaping_key(backend, name, "pending"), shaping_key(backend, name, "retired"))
-    return Call(SWEEP, keys, (task_id,), "look for a pending call", name)
+    return Call(SWEEP, _slot_keys(backend, name), (task_id,), "look for a pending call", name)
+
+
+def _slot_keys(backend: Any, name: str) -> tuple[str, str]:
+    """Lock *name*'s pending slot and retired sweepers (the keys of ``PEND``, ``TAKE``
+    and ``SWEEP``)."""
+    return (shaping_key(backend, name, "pending"), shaping_key(backend, name, "retired"))
 
 
 def _drop_retired(task: Task, name: str) -> NoReturn:
@@ -193,8 +194,7 @@ def hand_on(task: Task, config: GuardConfig, lock: Lock, name: str) -> bool:
     still covers a call that was not handed on)."""
     try:
         backend = _backend(config, name)
-        keys = (shaping_key(backend, name, "pending"), shaping_key(backend, name, "retired"))
-        take = Call(TAKE, keys, (_RETIRED_MS,), "take the pending call", name)
+        take = Call(TAKE, _slot_keys(backend, name), (_RETIRED_MS,), "take the pending call", name)
         pending = call_sync(take, backend)
         if pending is None:
             return False

@@ -11,8 +11,8 @@ more: a connection out of the client's own pool (its limits, fork check and
 stale-data check kept), the command written and its reply read under the
 connection's retry policy, with the failure handling ``execute_command`` has in the
 installed redis-py (disconnect, and before redis-py 6 retry only the errors listed
-in ``retry_on_error``), the connection given back. The command is packed by :mod:`.wire` (the bytes
-redis-py's Python packer would write, in fewer steps).
+in ``retry_on_error``), the connection given back. The command is packed by
+:mod:`.wire` (the bytes redis-py's Python packer would write, in fewer steps).
 
 Everything goes through ``execute_command`` when :func:`plain` says something may
 observe or change the client's commands: its class is not redis-py's own or
