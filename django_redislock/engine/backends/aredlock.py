@@ -15,7 +15,7 @@ from ..calls import Call
 from ..info import LockInfo
 from ..quorum import Reply
 from . import server
-from .direct import checkout
+from .kept import checkout
 from .masters import async_master
 from .redlock import (
     RedlockBase,

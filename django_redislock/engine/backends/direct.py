@@ -7,11 +7,12 @@ per-command dispatch, a retry closure and a response-callback lookup: about 15
 Python calls and 7 µs of client CPU per command on redis-py 8.1, more on asyncio
 (docs/benchmarks.md, "The hot path, seventh step"). When nothing observes the
 client's commands, :func:`send` does what that wrapper does for a script and no
-more: a connection out of the client's own pool (its limits, fork check and
-stale-data check kept), the command written and its reply read under the
+more: a connection of the client's own pool (kept between exchanges where that
+pool allows, :mod:`.kept`, with the pool's fork and stale-data checks; else lent
+by the pool each time), the command written and its reply read under the
 connection's retry policy, with the failure handling ``execute_command`` has in the
 installed redis-py (disconnect, and before redis-py 6 retry only the errors listed
-in ``retry_on_error``), the connection given back. The command is packed by
+in ``retry_on_error``), the connection kept or given back. The command is packed by
 :mod:`.wire` (the bytes redis-py's Python packer would write, in fewer steps).
 
 Everything goes through ``execute_command`` when :func:`plain` says something may
@@ -40,6 +41,7 @@ import redis.asyncio.client
 import redis.client
 from redis.exceptions import ResponseError
 
+from django_redislock.engine.backends.kept import aborrow, agive_back, borrow, give_back
 from django_redislock.engine.backends.wire import packed
 
 try:  # redis-py 7.2+: its own OpenTelemetry metrics
@@ -67,18 +69,9 @@ _PIPELINE: dict[Any, tuple[Any, Any, Any]] = {
 
 
 _VERSION = tuple(map(int, redis.__version__.split(".")[:2]))
-#: redis-py before 5.3 requires a command name in ``get_connection``; 5.3 and
-#: later deprecate passing one (a DeprecationWarning).
-_CHECKOUT_ARGS = ("EVALSHA",) if _VERSION < (5, 3) else ()
 #: Before redis-py 6, ``execute_command`` retried only the errors listed in the
 #: connection's ``retry_on_error``; since, whatever its retry policy supports.
 _RETRY_LISTED_ONLY = _VERSION < (6, 0)
-
-
-def checkout(pool: Any) -> Any:
-    """A connection from *pool* (sync or asyncio: then awaitable), asked for the
-    way this redis-py wants."""
-    return pool.get_connection(*_CHECKOUT_ARGS)
 
 
 def plain(client: Any) -> bool:
@@ -116,15 +109,7 @@ def send(client: Any, args: tuple[Any, ...]) -> Any:
     """Send the command *args* on a connection of *client*'s pool and read its
     reply, retried as ``execute_command`` would; redis-py's errors propagate (an
     error reply raised, as there)."""
-    pool = client.connection_pool
-    # checkout(), written out: this runs twice for every lock's acquire and release.
-    conn = pool.get_connection(*_CHECKOUT_ARGS)
-    try:
-        (reply,) = conn.retry.call_with_retry(
-            partial(_exchange_many, conn, (args,)), partial(_failed, conn)
-        )
-    finally:
-        pool.release(conn)
+    (reply,) = send_many(client, (args,))
     if isinstance(reply, ResponseError):
         raise reply
     return reply
@@ -135,13 +120,16 @@ def send_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     reply, as a pipeline's ``execute(raise_on_error=False)`` does: an error reply is
     returned in its place; the batch is retried whole as the pipeline would."""
     pool = client.connection_pool
-    conn = pool.get_connection(*_CHECKOUT_ARGS)
+    conn, kept = borrow(pool)
+    done = False
     try:
-        return conn.retry.call_with_retry(  # type: ignore[no-any-return]
+        replies: list[Any] = conn.retry.call_with_retry(
             partial(_exchange_many, conn, commands), partial(_failed, conn)
         )
+        done = True
     finally:
-        pool.release(conn)
+        give_back(pool, kept, conn, done)
+    return replies
 
 
 def _exchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -169,14 +157,7 @@ def _raise_unless_retried(conn: Any, error: Exception) -> None:
 
 async def asend(client: Any, args: tuple[Any, ...]) -> Any:
     """:func:`send` on a ``redis.asyncio`` client."""
-    pool = client.connection_pool
-    conn = await pool.get_connection(*_CHECKOUT_ARGS)
-    try:
-        (reply,) = await conn.retry.call_with_retry(
-            partial(_aexchange_many, conn, (args,)), partial(_afailed, conn)
-        )
-    finally:
-        await pool.release(conn)
+    (reply,) = await asend_many(client, (args,))
     if isinstance(reply, ResponseError):
         raise reply
     return reply
@@ -185,13 +166,16 @@ async def asend(client: Any, args: tuple[Any, ...]) -> Any:
 async def asend_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     """:func:`send_many` on a ``redis.asyncio`` client."""
     pool = client.connection_pool
-    conn = await pool.get_connection(*_CHECKOUT_ARGS)
+    conn, kept = await aborrow(pool)
+    done = False
     try:
-        return await conn.retry.call_with_retry(  # type: ignore[no-any-return]
+        replies: list[Any] = await conn.retry.call_with_retry(
             partial(_aexchange_many, conn, commands), partial(_afailed, conn)
         )
+        done = True
     finally:
-        await pool.release(conn)
+        await agive_back(pool, kept, conn, done)
+    return replies
 
 
 async def _aexchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:

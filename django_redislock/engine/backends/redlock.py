@@ -54,7 +54,7 @@ from ..wakeup import WakeHub, hub_for
 from . import server
 from .base import DEFAULT_WAIT_TIMEOUT_MS, BackendFeatures, backend_error, make_fork_safe
 from .cluster import NodePicker
-from .direct import checkout
+from .kept import checkout
 from .masters import sync_master
 
 #: A master that did not answer in time is left out of the next calls for this

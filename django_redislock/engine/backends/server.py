@@ -39,7 +39,7 @@ def evalsha(client: Any, call: Call) -> Any:
     try:
         return send(client, args)
     except NoScriptError:
-        client.script_load(script.source)
+        send(client, _load(script))
         return send(client, args)
 
 
@@ -51,8 +51,21 @@ async def aevalsha(client: Any, call: Call) -> Any:
     try:
         return await send(client, args)
     except NoScriptError:
-        await client.script_load(script.source)
+        await send(client, _load(script))
         return await send(client, args)
+
+
+def _load(script: Script) -> tuple[str, ...]:
+    """The command that loads *script*: sent the way its ``EVALSHA`` is, so that past
+    the client's command wrapper it goes on the connection just used (a pool after a
+    restart may still lend an asyncio connection whose close it has not seen yet)."""
+    return ("SCRIPT", "LOAD", script.source)
+
+
+def _raise_first(replies: list[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
 
 
 def _execute(client: Any, args: tuple[Any, ...]) -> Any:
@@ -100,8 +113,7 @@ def pipelined(client: Any, calls: Sequence[Call], wait_timeout_ms: int) -> tuple
         missing = missing_scripts(calls, results)
         if not missing or attempt:
             break
-        for script in missing:
-            client.script_load(script.source)
+        _raise_first(send(client, [_load(script) for script in missing]))
     return _split(results, wait)
 
 
@@ -117,8 +129,7 @@ async def apipelined(
         missing = missing_scripts(calls, results)
         if not missing or attempt:
             break
-        for script in missing:
-            await client.script_load(script.source)
+        _raise_first(await send(client, [_load(script) for script in missing]))
     return _split(results, wait)
 
 

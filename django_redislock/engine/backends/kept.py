@@ -1,0 +1,183 @@
+"""One connection per pool kept between the direct path's exchanges.
+
+redis-py's pool costs about 7 µs of client CPU to lend a connection and take it
+back (redis-py 8.1: its lock, its connection-count metrics hooks, its fork check,
+a ``poll`` for stale data, the event dispatched on return): twice per lock's
+acquire and release, as much as the rest of our layer's own work over the floor
+(docs/benchmarks.md, "The hot path, ninth step"). So the direct path
+(:mod:`.direct`) keeps the connection of its last exchange, one per pool, and
+takes it again without going through the pool. The connection stays counted as
+lent out by the pool the whole time.
+
+What the pool checks when it lends a connection is still checked: a kept
+connection with data waiting, or closed by the server (a restart, ``CLIENT
+KILL``, an idle timeout), is closed and goes back to the pool, which connects it
+afresh, and the exchange uses what the pool lends. A forked child
+never uses its parent's kept connection (the keepers are dropped at the fork, as
+redis-py's pool resets itself). A connection whose exchange raised, or that
+redis-py marked for reconnection, goes back to the pool as before.
+
+Keeping a connection out of the pool must change nothing else for the pool's
+other users, so only these pools keep one: redis-py's own ``ConnectionPool``
+class, sync or asyncio (not ``BlockingConnectionPool``, a Sentinel pool or any
+subclass), allowing at least :data:`LEAST_CONNECTIONS` connections (redis-py 8's
+default; before it, 2**31), with no client-side cache and no credential provider
+(its re-authentication runs when the pool takes a connection back). Every other
+pool lends and takes back each time. With redis-py 8's maintenance notifications,
+a kept connection the server's notice marked for reconnection goes back to the
+pool (which closes it) instead of being used again.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.connection
+import redis.connection
+from redis.exceptions import RedisError
+
+from ..identity import on_fork_in_child
+
+#: The fewest connections a pool must allow for one to be kept out of it.
+LEAST_CONNECTIONS = 100
+
+_VERSION = tuple(map(int, redis.__version__.split(".")[:2]))
+#: redis-py before 5.3 requires a command name in ``get_connection``; 5.3 and
+#: later deprecate passing one (a DeprecationWarning).
+_CHECKOUT_ARGS = ("EVALSHA",) if _VERSION < (5, 3) else ()
+#: The asyncio connection's stale-data check: ``can_read`` from redis-py 8 (where
+#: the older name warns), ``can_read_destructive`` before.
+_ASYNC_CAN_READ = (
+    "can_read"
+    if "can_read" in redis.asyncio.connection.AbstractConnection.__dict__
+    else "can_read_destructive"
+)
+#: Whether connections say when redis-py marked them for reconnection (redis-py 8's
+#: maintenance notifications: the server is about to move; the pool closes such a
+#: connection when it takes it back).
+_MARKS = hasattr(redis.connection.AbstractConnection, "should_reconnect")
+_AMARKS = hasattr(redis.asyncio.connection.AbstractConnection, "should_reconnect")
+#: What a stale-data check raises on a connection that is closed or broken.
+_STALE_ERRORS = (RedisError, OSError)
+
+
+def checkout(pool: Any) -> Any:
+    """A connection lent by *pool* (sync or asyncio: then awaitable), asked for the
+    way this redis-py wants."""
+    return pool.get_connection(*_CHECKOUT_ARGS)
+
+
+class Keeper:
+    """The connection kept for one pool (at most one between exchanges)."""
+
+    __slots__ = ("idle", "__weakref__")
+
+    def __init__(self) -> None:
+        #: The kept connection, if any: a list, whose ``pop`` and ``append`` are
+        #: atomic, so two threads never take the same connection.
+        self.idle: list[Any] = []
+
+
+#: Each pool's keeper, or None where the pool lends every time (see the module's
+#: docstring); weak, so a pool that is dropped takes its kept connection with it.
+_KEEPERS: weakref.WeakKeyDictionary[Any, Keeper | None] = weakref.WeakKeyDictionary()
+
+
+def _forget_all() -> None:
+    # The parent's connections are the parent's: the child's pools lend their own.
+    _KEEPERS.clear()
+
+
+on_fork_in_child(_forget_all)
+
+
+def keeper(pool: Any) -> Keeper | None:
+    """*pool*'s keeper, or None when *pool* lends a connection for every exchange."""
+    try:
+        return _KEEPERS[pool]
+    except KeyError:
+        pass
+    except TypeError:  # a pool that cannot be weakly referenced or hashed
+        return None
+    found = Keeper() if eligible(pool) else None
+    _KEEPERS[pool] = found
+    return found
+
+
+def eligible(pool: Any) -> bool:
+    """Whether keeping one of *pool*'s connections out of it changes nothing else for
+    its other users (see the module's docstring)."""
+    if type(pool) not in (redis.ConnectionPool, redis.asyncio.ConnectionPool):
+        return False
+    kwargs = pool.connection_kwargs
+    return (
+        pool.max_connections >= LEAST_CONNECTIONS
+        and getattr(pool, "cache", None) is None
+        and kwargs.get("credential_provider") is None
+        and not kwargs.get("cache_config")
+    )
+
+
+def borrow(pool: Any) -> tuple[Any, Keeper | None]:
+    """A connection for one exchange (the kept one when it is ready, else the pool's),
+    and *pool*'s keeper to give it back to."""
+    kept = keeper(pool)
+    if kept is not None and kept.idle:
+        try:
+            conn = kept.idle.pop()
+        except IndexError:  # another thread took it meanwhile
+            pass
+        else:
+            try:
+                stale = (_MARKS and conn.should_reconnect()) or conn.can_read()
+            except _STALE_ERRORS:
+                stale = True
+            if not stale:
+                return conn, kept
+            # Closed, so that the pool connects it afresh when it lends it again.
+            conn.disconnect()
+            pool.release(conn)
+    return pool.get_connection(*_CHECKOUT_ARGS), kept
+
+
+def give_back(pool: Any, kept: Keeper | None, conn: Any, done: bool) -> None:
+    """Keep *conn* after an exchange that was *done* (every reply read), unless a
+    connection is kept already; else give it back to *pool*. (One redis-py marks for
+    reconnection meanwhile is given back when it is next borrowed, before any use.)"""
+    if done and kept is not None and not kept.idle:
+        kept.idle.append(conn)
+        if len(kept.idle) == 1:
+            return
+        # Two threads kept one at once: one goes back.
+        try:
+            conn = kept.idle.pop()
+        except IndexError:
+            return
+    pool.release(conn)
+
+
+async def aborrow(pool: Any) -> tuple[Any, Keeper | None]:
+    """:func:`borrow` for a ``redis.asyncio`` pool."""
+    kept = keeper(pool)
+    if kept is not None and kept.idle:
+        conn = kept.idle.pop()
+        try:
+            stale = (_AMARKS and conn.should_reconnect()) or await getattr(conn, _ASYNC_CAN_READ)()
+        except _STALE_ERRORS:
+            stale = True
+        if not stale:
+            return conn, kept
+        await conn.disconnect()
+        await pool.release(conn)
+    return await pool.get_connection(*_CHECKOUT_ARGS), kept
+
+
+async def agive_back(pool: Any, kept: Keeper | None, conn: Any, done: bool) -> None:
+    """:func:`give_back` for a ``redis.asyncio`` pool (one event loop: no race)."""
+    if done and kept is not None and not kept.idle:
+        kept.idle.append(conn)
+        return
+    await pool.release(conn)
