@@ -121,14 +121,14 @@ def send_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     returned in its place; the batch is retried whole as the pipeline would."""
     pool = client.connection_pool
     conn, kept = borrow(pool)
-    done = False
+    failed = True
     try:
         replies: list[Any] = conn.retry.call_with_retry(
             partial(_exchange_many, conn, commands), partial(_failed, conn)
         )
-        done = True
+        failed = False
     finally:
-        give_back(pool, kept, conn, done)
+        give_back(pool, kept, conn, failed)
     return replies
 
 
@@ -167,14 +167,14 @@ async def asend_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[A
     """:func:`send_many` on a ``redis.asyncio`` client."""
     pool = client.connection_pool
     conn, kept = await aborrow(pool)
-    done = False
+    failed = True
     try:
         replies: list[Any] = await conn.retry.call_with_retry(
             partial(_aexchange_many, conn, commands), partial(_afailed, conn)
         )
-        done = True
+        failed = False
     finally:
-        await agive_back(pool, kept, conn, done)
+        await agive_back(pool, kept, conn, failed)
     return replies
 
 

@@ -9,13 +9,18 @@ acquire and release, as much as the rest of our layer's own work over the floor
 takes it again without going through the pool. The connection stays counted as
 lent out by the pool the whole time.
 
-What the pool checks when it lends a connection is still checked: a kept
-connection with data waiting, or closed by the server (a restart, ``CLIENT
-KILL``, an idle timeout), is closed and goes back to the pool, which connects it
-afresh, and the exchange uses what the pool lends. A forked child
-never uses its parent's kept connection (the keepers are dropped at the fork, as
-redis-py's pool resets itself). A connection whose exchange raised, or that
-redis-py marked for reconnection, goes back to the pool as before.
+What the pool checks when it lends a connection is checked on every connection an
+exchange uses, kept or lent: one with data waiting, or closed by the server (a
+restart, ``CLIENT KILL``, an idle timeout), is closed and connected afresh when the
+command is sent. (redis-py 8's pool skips this check while its maintenance
+notifications are on, ``"auto"`` by default.) A connection whose exchange failed is
+kept in place of the kept one: redis-py closed it, so the engine's retry connects
+it afresh, where another connection might have been closed by a restart that an
+asyncio connection has not seen yet (it sees a close only once its event loop has
+read it). A forked child never uses its parent's kept connection (the keepers are
+dropped at the fork, as redis-py's pool resets itself). With redis-py 8's
+maintenance notifications, a kept connection the server's notice marked for
+reconnection goes back to the pool (which closes it) instead of being used again.
 
 Keeping a connection out of the pool must change nothing else for the pool's
 other users, so only these pools keep one: redis-py's own ``ConnectionPool``
@@ -23,9 +28,7 @@ class, sync or asyncio (not ``BlockingConnectionPool``, a Sentinel pool or any
 subclass), allowing at least :data:`LEAST_CONNECTIONS` connections (redis-py 8's
 default; before it, 2**31), with no client-side cache and no credential provider
 (its re-authentication runs when the pool takes a connection back). Every other
-pool lends and takes back each time. With redis-py 8's maintenance notifications,
-a kept connection the server's notice marked for reconnection goes back to the
-pool (which closes it) instead of being used again.
+pool lends and takes back each time, as before.
 """
 
 from __future__ import annotations
@@ -122,62 +125,97 @@ def eligible(pool: Any) -> bool:
 
 
 def borrow(pool: Any) -> tuple[Any, Keeper | None]:
-    """A connection for one exchange (the kept one when it is ready, else the pool's),
-    and *pool*'s keeper to give it back to."""
+    """A connection for one exchange (the kept one, else one the pool lends), and
+    *pool*'s keeper to give it back to. Where a connection is kept, the one returned
+    has passed the stale-data check."""
     kept = keeper(pool)
-    if kept is not None and kept.idle:
+    if kept is None:
+        return pool.get_connection(*_CHECKOUT_ARGS), None
+    conn = None
+    if kept.idle:
         try:
             conn = kept.idle.pop()
         except IndexError:  # another thread took it meanwhile
             pass
         else:
+            if _MARKS and conn.should_reconnect():
+                pool.release(conn)  # which closes it
+                conn = None
+    if conn is None:
+        conn = pool.get_connection(*_CHECKOUT_ARGS)
+    # The stale-data check: closed if data waits or the server closed it, and
+    # connected afresh when the command is sent. (redis-py 8's pool lends without it
+    # while its maintenance notifications are on, which by default they are.) One
+    # closed already is left to the send, as its retry policy says: the check would
+    # connect it outside that policy.
+    if conn._sock is not None:
+        try:
             try:
-                stale = (_MARKS and conn.should_reconnect()) or conn.can_read()
+                stale = conn.can_read()
             except _STALE_ERRORS:
                 stale = True
-            if not stale:
-                return conn, kept
-            # Closed, so that the pool connects it afresh when it lends it again.
-            conn.disconnect()
+            if stale:
+                conn.disconnect()
+        except BaseException:
             pool.release(conn)
-    return pool.get_connection(*_CHECKOUT_ARGS), kept
+            raise
+    return conn, kept
 
 
-def give_back(pool: Any, kept: Keeper | None, conn: Any, done: bool) -> None:
-    """Keep *conn* after an exchange that was *done* (every reply read), unless a
-    connection is kept already; else give it back to *pool*. (One redis-py marks for
-    reconnection meanwhile is given back when it is next borrowed, before any use.)"""
-    if done and kept is not None and not kept.idle:
+def give_back(pool: Any, kept: Keeper | None, conn: Any, failed: bool) -> None:
+    """Keep *conn* after its exchange, unless a connection is kept already; else give
+    it back to *pool*. One whose exchange *failed* is kept in place of the kept one:
+    redis-py closed it, so the next exchange (the engine's retry) connects it afresh,
+    where the kept one might have been closed by the server unseen (after a restart,
+    an asyncio connection sees the close only once its event loop has read it)."""
+    if kept is None:
+        pool.release(conn)
+        return
+    if failed or not kept.idle:
         kept.idle.append(conn)
-        if len(kept.idle) == 1:
-            return
-        # Two threads kept one at once: one goes back.
+    else:
+        pool.release(conn)
+    # At most one stays kept (two threads may have kept one at once): the older go.
+    while len(kept.idle) > 1:
         try:
-            conn = kept.idle.pop()
+            pool.release(kept.idle.pop(0))
         except IndexError:
-            return
-    pool.release(conn)
+            break
 
 
 async def aborrow(pool: Any) -> tuple[Any, Keeper | None]:
-    """:func:`borrow` for a ``redis.asyncio`` pool."""
+    """:func:`borrow` for a ``redis.asyncio`` pool (one event loop: no race)."""
     kept = keeper(pool)
-    if kept is not None and kept.idle:
-        conn = kept.idle.pop()
-        try:
-            stale = (_AMARKS and conn.should_reconnect()) or await getattr(conn, _ASYNC_CAN_READ)()
-        except _STALE_ERRORS:
-            stale = True
-        if not stale:
-            return conn, kept
-        await conn.disconnect()
+    if kept is None:
+        return await pool.get_connection(*_CHECKOUT_ARGS), None
+    conn = kept.idle.pop() if kept.idle else None
+    if conn is not None and _AMARKS and conn.should_reconnect():
         await pool.release(conn)
-    return await pool.get_connection(*_CHECKOUT_ARGS), kept
+        conn = None
+    if conn is None:
+        conn = await pool.get_connection(*_CHECKOUT_ARGS)
+    if conn.is_connected:
+        try:
+            try:
+                stale = await getattr(conn, _ASYNC_CAN_READ)()
+            except _STALE_ERRORS:
+                stale = True
+            if stale:
+                await conn.disconnect()
+        except BaseException:
+            await pool.release(conn)
+            raise
+    return conn, kept
 
 
-async def agive_back(pool: Any, kept: Keeper | None, conn: Any, done: bool) -> None:
+async def agive_back(pool: Any, kept: Keeper | None, conn: Any, failed: bool) -> None:
     """:func:`give_back` for a ``redis.asyncio`` pool (one event loop: no race)."""
-    if done and kept is not None and not kept.idle:
-        kept.idle.append(conn)
+    if kept is None:
+        await pool.release(conn)
         return
-    await pool.release(conn)
+    if failed or not kept.idle:
+        kept.idle.append(conn)
+    else:
+        await pool.release(conn)
+    if len(kept.idle) > 1:
+        await pool.release(kept.idle.pop(0))
