@@ -57,6 +57,10 @@ STEP7_ASYNC = "direct-send-async-2026-11-28-2.json"
 # The eighth step (the direct path packs its own commands), sync; and where the
 # uncontended gap to the floor stands after it.
 STEP8_SYNC = "wire-locks-2026-11-28-1.json"
+# The ninth step (one connection per pool kept between exchanges), sync and asyncio
+# (pinned); and where the uncontended gap to the floor stands after it.
+STEP9_SYNC = "kept-locks-2026-11-28-1.json"
+STEP9_ASYNC = "kept-async-pinned-2026-11-28-1.json"
 
 OURS_COLOR = "#c0392b"
 PEER_COLOR = "#7f8c8d"
@@ -579,6 +583,11 @@ CHARTS: dict[str, Callable[[], Figure]] = {
     ),
     "step8-sync.svg": lambda: before_after(STEP8_SYNC, "Our own packing, eighth step: sync"),
     "gap-to-floor-step8.svg": lambda: gap_to_floor(STEP8_SYNC),
+    "step9-sync.svg": lambda: before_after(STEP9_SYNC, "A kept connection, ninth step: sync"),
+    "step9-async.svg": lambda: before_after(
+        STEP9_ASYNC, "A kept connection, ninth step: asyncio (pinned)"
+    ),
+    "gap-to-floor-step9.svg": lambda: gap_to_floor(STEP9_SYNC),
 }
 
 
