@@ -60,6 +60,9 @@ def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: 
         "step7-async.svg": (plot.STEP7_ASYNC, "after ÷ before"),
         "step8-sync.svg": (plot.STEP8_SYNC, "after ÷ before"),
         "gap-to-floor-step8.svg": (plot.STEP8_SYNC, "over the floor"),
+        "step9-sync.svg": (plot.STEP9_SYNC, "after ÷ before"),
+        "step9-async.svg": (plot.STEP9_ASYNC, "after ÷ before"),
+        "gap-to-floor-step9.svg": (plot.STEP9_SYNC, "over the floor"),
     }
     assert set(plot.CHARTS) == set(sources)
     for filename, (result, unit) in sources.items():

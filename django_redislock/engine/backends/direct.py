@@ -41,7 +41,13 @@ import redis.asyncio.client
 import redis.client
 from redis.exceptions import ResponseError
 
-from django_redislock.engine.backends.kept import aborrow, agive_back, borrow, give_back
+from django_redislock.engine.backends.kept import (
+    REDIS_PY_VERSION,
+    aborrow,
+    agive_back,
+    borrow,
+    give_back,
+)
 from django_redislock.engine.backends.wire import packed
 
 try:  # redis-py 7.2+: its own OpenTelemetry metrics
@@ -68,10 +74,9 @@ _PIPELINE: dict[Any, tuple[Any, Any, Any]] = {
 }
 
 
-_VERSION = tuple(map(int, redis.__version__.split(".")[:2]))
 #: Before redis-py 6, ``execute_command`` retried only the errors listed in the
 #: connection's ``retry_on_error``; since, whatever its retry policy supports.
-_RETRY_LISTED_ONLY = _VERSION < (6, 0)
+_RETRY_LISTED_ONLY = REDIS_PY_VERSION < (6, 0)
 
 
 def plain(client: Any) -> bool:
@@ -121,15 +126,12 @@ def send_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     returned in its place; the batch is retried whole as the pipeline would."""
     pool = client.connection_pool
     conn, kept = borrow(pool)
-    failed = True
     try:
-        replies: list[Any] = conn.retry.call_with_retry(
+        return conn.retry.call_with_retry(  # type: ignore[no-any-return]
             partial(_exchange_many, conn, commands), partial(_failed, conn)
         )
-        failed = False
     finally:
-        give_back(pool, kept, conn, failed)
-    return replies
+        give_back(pool, kept, conn)
 
 
 def _exchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -167,15 +169,12 @@ async def asend_many(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[A
     """:func:`send_many` on a ``redis.asyncio`` client."""
     pool = client.connection_pool
     conn, kept = await aborrow(pool)
-    failed = True
     try:
-        replies: list[Any] = await conn.retry.call_with_retry(
+        return await conn.retry.call_with_retry(  # type: ignore[no-any-return]
             partial(_aexchange_many, conn, commands), partial(_afailed, conn)
         )
-        failed = False
     finally:
-        await agive_back(pool, kept, conn, failed)
-    return replies
+        await agive_back(pool, kept, conn)
 
 
 async def _aexchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:

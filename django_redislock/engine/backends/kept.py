@@ -13,9 +13,9 @@ What the pool checks when it lends a connection is checked on every connection a
 exchange uses, kept or lent: one with data waiting, or closed by the server (a
 restart, ``CLIENT KILL``, an idle timeout), is closed and connected afresh when the
 command is sent. (redis-py 8's pool skips this check while its maintenance
-notifications are on, ``"auto"`` by default.) A connection whose exchange failed is
-kept in place of the kept one: redis-py closed it, so the engine's retry connects
-it afresh, where another connection might have been closed by a restart that an
+notifications are on, ``"auto"`` by default.) The newest connection is the one
+kept, also after a failed exchange: redis-py closed it, so the engine's retry
+connects it afresh, where another connection might have been closed by a restart that an
 asyncio connection has not seen yet (it sees a close only once its event loop has
 read it). A forked child never uses its parent's kept connection (the keepers are
 dropped at the fork, as redis-py's pool resets itself). With redis-py 8's
@@ -47,10 +47,11 @@ from ..identity import on_fork_in_child
 #: The fewest connections a pool must allow for one to be kept out of it.
 LEAST_CONNECTIONS = 100
 
-_VERSION = tuple(map(int, redis.__version__.split(".")[:2]))
+#: The installed redis-py's (major, minor) version.
+REDIS_PY_VERSION = tuple(map(int, redis.__version__.split(".")[:2]))
 #: redis-py before 5.3 requires a command name in ``get_connection``; 5.3 and
 #: later deprecate passing one (a DeprecationWarning).
-_CHECKOUT_ARGS = ("EVALSHA",) if _VERSION < (5, 3) else ()
+_CHECKOUT_ARGS = ("EVALSHA",) if REDIS_PY_VERSION < (5, 3) else ()
 #: The asyncio connection's stale-data check: ``can_read`` from redis-py 8 (where
 #: the older name warns), ``can_read_destructive`` before.
 _ASYNC_CAN_READ = (
@@ -130,7 +131,7 @@ def borrow(pool: Any) -> tuple[Any, Keeper | None]:
     has passed the stale-data check."""
     kept = keeper(pool)
     if kept is None:
-        return pool.get_connection(*_CHECKOUT_ARGS), None
+        return checkout(pool), None
     conn = None
     if kept.idle:
         try:
@@ -142,7 +143,7 @@ def borrow(pool: Any) -> tuple[Any, Keeper | None]:
                 pool.release(conn)  # which closes it
                 conn = None
     if conn is None:
-        conn = pool.get_connection(*_CHECKOUT_ARGS)
+        conn = checkout(pool)
     # The stale-data check: closed if data waits or the server closed it, and
     # connected afresh when the command is sent. (redis-py 8's pool lends without it
     # while its maintenance notifications are on, which by default they are.) One
@@ -150,32 +151,28 @@ def borrow(pool: Any) -> tuple[Any, Keeper | None]:
     # connect it outside that policy.
     if conn._sock is not None:
         try:
-            try:
-                stale = conn.can_read()
-            except _STALE_ERRORS:
-                stale = True
-            if stale:
-                conn.disconnect()
+            stale = conn.can_read()
+        except _STALE_ERRORS:
+            stale = True
         except BaseException:
             pool.release(conn)
             raise
+        if stale:
+            conn.disconnect()
     return conn, kept
 
 
-def give_back(pool: Any, kept: Keeper | None, conn: Any, failed: bool) -> None:
-    """Keep *conn* after its exchange, unless a connection is kept already; else give
-    it back to *pool*. One whose exchange *failed* is kept in place of the kept one:
-    redis-py closed it, so the next exchange (the engine's retry) connects it afresh,
-    where the kept one might have been closed by the server unseen (after a restart,
-    an asyncio connection sees the close only once its event loop has read it)."""
+def give_back(pool: Any, kept: Keeper | None, conn: Any) -> None:
+    """Keep *conn* after its exchange, or give it back to *pool* where nothing is kept.
+    The newest stays kept and an older one goes back (two threads may have kept one
+    at once): after a failed exchange, that is the connection redis-py closed, so the
+    engine's retry connects it afresh, where an older one might have been closed by
+    the server unseen (after a restart, an asyncio connection sees the close only
+    once its event loop has read it)."""
     if kept is None:
         pool.release(conn)
         return
-    if failed or not kept.idle:
-        kept.idle.append(conn)
-    else:
-        pool.release(conn)
-    # At most one stays kept (two threads may have kept one at once): the older go.
+    kept.idle.append(conn)
     while len(kept.idle) > 1:
         try:
             pool.release(kept.idle.pop(0))
@@ -187,35 +184,31 @@ async def aborrow(pool: Any) -> tuple[Any, Keeper | None]:
     """:func:`borrow` for a ``redis.asyncio`` pool (one event loop: no race)."""
     kept = keeper(pool)
     if kept is None:
-        return await pool.get_connection(*_CHECKOUT_ARGS), None
+        return await checkout(pool), None
     conn = kept.idle.pop() if kept.idle else None
     if conn is not None and _AMARKS and conn.should_reconnect():
         await pool.release(conn)
         conn = None
     if conn is None:
-        conn = await pool.get_connection(*_CHECKOUT_ARGS)
+        conn = await checkout(pool)
     if conn.is_connected:
         try:
-            try:
-                stale = await getattr(conn, _ASYNC_CAN_READ)()
-            except _STALE_ERRORS:
-                stale = True
-            if stale:
-                await conn.disconnect()
+            stale = await getattr(conn, _ASYNC_CAN_READ)()
+        except _STALE_ERRORS:
+            stale = True
         except BaseException:
             await pool.release(conn)
             raise
+        if stale:
+            await conn.disconnect()
     return conn, kept
 
 
-async def agive_back(pool: Any, kept: Keeper | None, conn: Any, failed: bool) -> None:
+async def agive_back(pool: Any, kept: Keeper | None, conn: Any) -> None:
     """:func:`give_back` for a ``redis.asyncio`` pool (one event loop: no race)."""
     if kept is None:
         await pool.release(conn)
         return
-    if failed or not kept.idle:
-        kept.idle.append(conn)
-    else:
-        await pool.release(conn)
+    kept.idle.append(conn)
     if len(kept.idle) > 1:
         await pool.release(kept.idle.pop(0))
