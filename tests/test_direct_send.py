@@ -121,7 +121,10 @@ def test_the_direct_send_costs_fewer_python_calls_than_execute_command(name: str
         _with_block(manager, name)
     direct_calls, execute_calls = _all_calls(plain, name), _all_calls(wrapped, name)
     assert direct_calls < execute_calls, (direct_calls, execute_calls)
-    if direct.REDIS_PY_VERSION >= (7, 2):  # its metrics hooks: about 15 calls a command on redis-py 8.1
+    if direct.REDIS_PY_VERSION >= (
+        7,
+        2,
+    ):  # its metrics hooks: about 15 calls a command on redis-py 8.1
         assert direct_calls <= execute_calls - 16, (direct_calls, execute_calls)
 
 
