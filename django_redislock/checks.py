@@ -15,6 +15,8 @@
 * ``django_redislock.W005`` an even number of Redlock masters, or fewer than 3.
 * ``django_redislock.W006`` Redlock masters that cannot be reached.
 * ``django_redislock.E006`` Redis (or a Redlock master) refuses to run Lua scripts.
+* ``django_redislock.E007`` the lock client encodes text in something other than
+  UTF-8 (the engine's keys and records are UTF-8).
 * ``django_redislock.W007`` a ``REDISLOCK_*`` name that is not a setting of this
   package (a misspelling?), with the closest known name.
 * ``django_redislock.E005`` / ``W008``: lock keys of views and Celery tasks
@@ -34,7 +36,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from .client.connection import connection_kwargs, redlock_clients, resolve_client
+from .client.connection import ForeignEncoding, connection_kwargs, redlock_clients, resolve_client
 from .client.source import default_source
 from .conf import get_setting, setting
 from .engine.backends.base import SCRIPTING_FIX
@@ -80,6 +82,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         if redlock:
             redlock_clients(redlock)
         client = resolve_client()
+    except ForeignEncoding as exc:
+        errors.append(
+            checks.Error(
+                str(exc),
+                hint="Lock names and records are UTF-8 whatever the client says; another "
+                "encoding would split one lock into two keys. Use a client (or a second "
+                "cache alias for REDISLOCK_CACHE) that keeps redis-py's default encoding.",
+                id="django_redislock.E007",
+            )
+        )
     except (ImproperlyConfigured, ValueError) as exc:  # ValueError: a URL redis-py refuses
         errors.append(
             checks.Error(

@@ -22,6 +22,7 @@ alias whose client is a ``RedisCluster`` works too.
 
 from __future__ import annotations
 
+import codecs
 import inspect
 from typing import Any, TypeVar
 
@@ -59,7 +60,7 @@ def client_for_cache(alias: str) -> redis.Redis:
     cache: Any = caches[alias]
     if issubclass(type(cache), _django_cache_class()):
         client = cache._cache.get_client(None, write=True)
-        return refuse_failover_client(client, f"the client of cache {alias!r}")  # type: ignore[no-any-return]
+        return usable_client(client, f"the client of cache {alias!r}")  # type: ignore[no-any-return]
     if issubclass(type(cache), _django_redis_cache_class()):
         client = cache.client
         if type(client).__name__ == "ShardClient":
@@ -68,7 +69,7 @@ def client_for_cache(alias: str) -> redis.Redis:
                 "server: point REDISLOCK_CACHE at a cache with a single master"
             )
         client = client.get_client(write=True)
-        return refuse_failover_client(client, f"the client of cache {alias!r}")  # type: ignore[no-any-return]
+        return usable_client(client, f"the client of cache {alias!r}")  # type: ignore[no-any-return]
     if _is_django_valkey(cache):
         raise ImproperlyConfigured(
             f"cache {alias!r} uses {backend}, django-valkey's cache, whose client is valkey-py; "
@@ -113,6 +114,38 @@ def refuse_failover_client(client: _C, where: str) -> _C:
                 "in REDISLOCK_REDLOCK_CACHES (see docs/topology.md)"
             )
     return client
+
+
+class ForeignEncoding(ImproperlyConfigured):
+    """A Redis client for locks that encodes text in something other than UTF-8."""
+
+
+def refuse_foreign_encoding(client: _C, where: str) -> _C:
+    """*client*, unless it encodes text in something other than UTF-8: then
+    :class:`ForeignEncoding` naming *where* it came from.
+
+    The engine writes its keys and reads its records as UTF-8, while redis-py
+    encodes the text it is given (and, with ``decode_responses``, decodes replies)
+    with the client's ``encoding``: under ``latin-1`` a lock called ``"café"`` would
+    be written under one key and looked up under another, and a name outside
+    latin-1 could not be sent at all.
+    """
+    get_encoder = getattr(client, "get_encoder", None)
+    encoding = get_encoder().encoding if get_encoder is not None else "utf-8"
+    if codecs.lookup(encoding).name != "utf-8":
+        raise ForeignEncoding(
+            f"{where} encodes text as {encoding!r}, but django-redislock keeps its keys and "
+            "records in UTF-8: a lock whose name is not ASCII would be written under one "
+            "key and looked up under another. Give the locks a client with "
+            "encoding='utf-8', redis-py's default (leave \"encoding\" out of the cache's "
+            "OPTIONS, the URL or the client's arguments)"
+        )
+    return client
+
+
+def usable_client(client: _C, where: str) -> _C:
+    """*client*, after :func:`refuse_failover_client` and :func:`refuse_foreign_encoding`."""
+    return refuse_foreign_encoding(refuse_failover_client(client, where), where)
 
 
 def _django_cache_class() -> type:
@@ -195,7 +228,7 @@ def resolve_client(cache_alias: str | None = None, url: str | None = None) -> Cl
     if url is None and cache_alias is None:
         url = setting("REDISLOCK_URL")
     if url:
-        return client_for_url(url)
+        return usable_client(client_for_url(url), "the client made from the Redis URL")
     from django.conf import settings
 
     if not settings.configured:
@@ -256,11 +289,12 @@ def redlock_clients(entries: Any) -> list[redis.Redis]:
     except (TypeError, ValueError) as exc:
         raise ImproperlyConfigured(str(exc)) from None
     clients = []
-    for entry in entries:
+    for number, entry in enumerate(entries, 1):
         if entry.startswith(REDIS_URL_SCHEMES):
             client: Any = redis.Redis.from_url(entry)
         else:
             client = client_for_cache(entry)
+        usable_client(client, f"the client of Redlock master #{number}")
         if is_cluster_client(client):
             raise ImproperlyConfigured(
                 f"Redlock master {entry!r} is a Redis Cluster: Redlock needs independent "

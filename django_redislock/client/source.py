@@ -33,9 +33,9 @@ from .connection import (
     is_async_client,
     is_cluster_client,
     redlock_clients,
-    refuse_failover_client,
     resolve_client,
     sync_twin,
+    usable_client,
 )
 
 #: The blocking backends a source makes: one Redis (plain or Sentinel), a cluster,
@@ -67,8 +67,8 @@ class BackendSource:
         async_client: Any = None,
         redlock: Sequence[str] | None = None,
     ) -> None:
-        refuse_failover_client(client, "the client given as client=")
-        refuse_failover_client(async_client, "the client given as async_client=")
+        usable_client(client, "the client given as client=")
+        usable_client(async_client, "the client given as async_client=")
         if client is not None and is_async_client(client):
             raise TypeError(
                 "client= takes a blocking redis-py client, but this is a redis.asyncio "
