@@ -219,16 +219,11 @@ end
 """
 
 _HISTORY_MUTEX = r"""
--- The current holder as a history entry's "held" part (from the lock hash; *h*: its
--- owner, since and meta as a release head read them).
-local function held_by(entry, h)
-  local owner, since, meta
-  if h then
-    owner, since, meta = h[1], h[5], h[6]
-  else
-    local r = redis.call('HMGET', L, 'owner', 'since', 'meta')
-    owner, since, meta = r[1], r[2], r[3]
-  end
+-- The current holder as a history entry's "held" part (from the lock hash; a
+-- release's hand-off makes its own from what its head read).
+local function held_by(entry)
+  local r = redis.call('HMGET', L, 'owner', 'since', 'meta')
+  local owner, since, meta = r[1], r[2], r[3]
   if owner then
     entry.o, entry.m = owner, meta or ''
     entry.h = now_ms() - (tonumber(since) or now_ms())
@@ -268,14 +263,17 @@ _QUEUE = (
 -- lock was free: if a holder is on record, its lease ran out. The history event
 -- and *rel* are written with the new token. Waiters are popped as they are looked
 -- at (the first write frees memory), dead ones dropped, so the head is read once;
--- *first*: the head, when the caller popped it already.
+-- *first*: the head, when the caller popped it already. Each entry looked at is
+-- split once, and Redis's clock read once: a hand-off is on the next holder's
+-- critical path, so the history event is made of what is read already.
 local function handoff(retention, overwrite, rel, held, first)
-  local w, e = first or redis.call('LPOP', Q), nil
+  local now, w, e, p = now_ms(), first or redis.call('LPOP', Q), nil, nil
   while w do
     e = redis.call('HGET', E, w)
     if e then
       redis.call('HDEL', E, w)
-      if tonumber(string.sub(e, 1, string.find(e, '|', 1, true) - 1)) >= now_ms() then break end
+      p = split(e, 6)  -- expiry, since, deadline, ttl, channel, nonce, meta
+      if tonumber(p[1]) >= now then break end
     end
     w = redis.call('LPOP', Q)
   end
@@ -286,17 +284,18 @@ local function handoff(retention, overwrite, rel, held, first)
   local extra = {}
   if rel then extra[1], extra[2] = 'rel', rel end
   if overwrite then
-    record(waited_by(held_by({e = 'handoff'}, held), w, e), extra, n)
+    -- held_by and waited_by, from the release head's read and the split entry.
+    record({e = 'handoff', o = held[1], m = held[6] or '', h = now - (tonumber(held[5]) or now),
+            w = w, wt = now - (tonumber(p[2]) or now), wm = p[7]}, extra, n)
   else
     expired(w, e, extra, n)
   end
-  local p = entry_fields(e)
   -- Leased only for the claim window until the waiter confirms (its watchdog's
   -- first renewal, or CLAIM): a waiter that died meanwhile costs that, not a lease.
-  local ttl, lease = tonumber(p[2]), nil
+  local ttl, lease = tonumber(p[4]), nil
   if ttl == 0 or ttl > CLAIM_MS then lease = CLAIM_MS end
-  local fence = grant(w, p[4], p[2], p[5], retention, overwrite, f[1], true, lease, extra)
-  redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
+  local fence = grant(w, p[6], p[4], p[7], retention, overwrite, f[1], true, lease, extra)
+  redis.call('PUBLISH', p[5], p[6] .. ' ' .. fence)
   return true
 end
 
