@@ -263,8 +263,8 @@ _QUEUE = (
 -- lock was free: if a holder is on record, its lease ran out. The history event
 -- and *rel* are written with the new token. Waiters are popped as they are looked
 -- at (the first write frees memory), dead ones dropped, so the head is read once;
--- *first*: the head, when the caller popped it already. Each entry looked at is
--- split once, and Redis's clock read once: a hand-off is on the next holder's
+-- *first*: the head, when the caller popped it already. The live entry is split
+-- once, and Redis's clock read once: a hand-off is on the next holder's
 -- critical path, so the history event is made of what is read already.
 local function handoff(retention, overwrite, rel, held, first)
   local now, w, e, p = now_ms(), first or redis.call('LPOP', Q), nil, nil
@@ -272,8 +272,11 @@ local function handoff(retention, overwrite, rel, held, first)
     e = redis.call('HGET', E, w)
     if e then
       redis.call('HDEL', E, w)
-      p = split(e, 6)  -- expiry, since, deadline, ttl, channel, nonce, meta
-      if tonumber(p[1]) >= now then break end
+      -- Only a live entry is split: a dead one may be in an older, shorter format.
+      if tonumber(string.sub(e, 1, string.find(e, '|', 1, true) - 1)) >= now then
+        p = split(e, 6)  -- expiry, since, deadline, ttl, channel, nonce, meta
+        break
+      end
     end
     w = redis.call('LPOP', Q)
   end
