@@ -47,6 +47,13 @@ def test_at_most_limit_holders_and_fifo_hand_off(
     assert waiters[0].holding.wait(5)
     time.sleep(0.2)
     assert not waiters[1].holding.is_set() and len(manager.get(name).holders) == 2
+    # One place at a time, so that the log's order is the grants' order: two grants
+    # made together would be logged in whichever order their threads woke.
+    holders[1].leave.set()
+    assert waiters[1].holding.wait(5)
+    assert not waiters[2].holding.is_set()
+    waiters[0].leave.set()
+    assert waiters[2].holding.wait(5)
     for t in [holders[1], waiters[0], waiters[1], waiters[2]]:
         t.leave.set()
         t.join(10)

@@ -110,13 +110,24 @@ def plain_batch(client: Any) -> bool:
     )
 
 
+# An error reply is stored without its traceback and raised with no local left holding
+# it: an exception kept in a local of a frame its traceback holds keeps every frame of
+# the call alive -- and the Lock in them, renewed by the watchdog while it lives --
+# until the cyclic garbage collector runs (a Lock dropped while held, after its first
+# script met NOSCRIPT, was renewed on). The stored traceback only pointed into
+# redis-py's parser.
+
+
 def send(client: Any, args: tuple[Any, ...]) -> Any:
     """Send the command *args* on a connection of *client*'s pool and read its
     reply, retried as ``execute_command`` would; redis-py's errors propagate (an
     error reply raised, as there)."""
     (reply,) = send_many(client, (args,))
     if isinstance(reply, ResponseError):
-        raise reply
+        try:
+            raise reply
+        finally:
+            del reply  # no cycle: see above send()
     return reply
 
 
@@ -141,7 +152,7 @@ def _exchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         try:
             replies.append(conn.read_response())
         except ResponseError as exc:
-            replies.append(exc)
+            replies.append(exc.with_traceback(None))  # no cycle: see above send()
     return replies
 
 
@@ -161,7 +172,10 @@ async def asend(client: Any, args: tuple[Any, ...]) -> Any:
     """:func:`send` on a ``redis.asyncio`` client."""
     (reply,) = await asend_many(client, (args,))
     if isinstance(reply, ResponseError):
-        raise reply
+        try:
+            raise reply
+        finally:
+            del reply  # no cycle: see above send()
     return reply
 
 
@@ -184,7 +198,7 @@ async def _aexchange_many(conn: Any, commands: Sequence[tuple[Any, ...]]) -> lis
         try:
             replies.append(await conn.read_response())
         except ResponseError as exc:
-            replies.append(exc)
+            replies.append(exc.with_traceback(None))  # no cycle: see above send()
     return replies
 
 
