@@ -28,7 +28,7 @@ def _url(redis_client: redis.Redis, query: str = "") -> str:
     return f"redis://127.0.0.1:{kwargs['port']}/0?socket_timeout=5{query}"
 
 
-@pytest.mark.parametrize("encoding", ["latin-1", "utf-16", "cp1252"])
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16", "cp1252", "no-such-codec"])
 def test_a_client_with_another_encoding_is_refused(redis_client, encoding: str) -> None:
     client = redis.Redis.from_url(_url(redis_client), encoding=encoding)
     with pytest.raises(ImproperlyConfigured, match="UTF-8") as raised:
@@ -51,6 +51,23 @@ def test_an_encoding_in_the_url_is_error_e007_and_refused_on_use(redis_client) -
         with pytest.raises(ImproperlyConfigured, match="Redis URL encodes text as 'latin-1'"):
             locks.lock("encoding:refused").acquire(blocking=False)
     assert redis_client.keys("*encoding:refused*") == []  # nothing was written
+
+
+def test_a_cache_alias_with_another_encoding_is_error_e007(redis_client, settings) -> None:
+    caches = {
+        **settings.CACHES,
+        "latin": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": _url(redis_client),
+            "OPTIONS": {"encoding": "latin-1"},
+        },
+    }
+    with override_settings(CACHES=caches, REDISLOCK_CACHE="latin"):
+        messages = check_settings()
+        assert [m.id for m in messages] == ["django_redislock.E007"]
+        assert "cache 'latin'" in messages[0].msg
+        with pytest.raises(ImproperlyConfigured, match="cache 'latin' encodes text"):
+            locks.lock("encoding:alias").acquire(blocking=False)
 
 
 def test_a_redlock_master_with_another_encoding_is_refused(redis_client) -> None:

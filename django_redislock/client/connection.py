@@ -132,7 +132,11 @@ def refuse_foreign_encoding(client: _C, where: str) -> _C:
     """
     get_encoder = getattr(client, "get_encoder", None)
     encoding = get_encoder().encoding if get_encoder is not None else "utf-8"
-    if codecs.lookup(encoding).name != "utf-8":
+    try:
+        canonical = codecs.lookup(encoding).name
+    except LookupError:  # not an encoding at all: redis-py would fail at the first text
+        canonical = encoding
+    if canonical != "utf-8":
         raise ForeignEncoding(
             f"{where} encodes text as {encoding!r}, but django-redislock keeps its keys and "
             "records in UTF-8: a lock whose name is not ASCII would be written under one "
