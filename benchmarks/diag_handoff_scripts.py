@@ -35,18 +35,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-#: python-redis-lock's unlock script (its logic; for scale): GET, DEL, LPUSH, PEXPIRE, DEL.
-PRL_UNLOCK = r"""
-if redis.call("get", KEYS[1]) ~= ARGV[1] then
-    return 1
-else
-    redis.call("del", KEYS[2])
-    redis.call("lpush", KEYS[2], 1)
-    redis.call("pexpire", KEYS[2], ARGV[2])
-    redis.call("del", KEYS[1])
-    return 0
-end
-"""
 KEYS = ["diag:{h}", "diag:fence:{h}", "diag:queue:{h}", "diag:waiters:{h}"]
 #: A holder's metadata as the Lock writes it (same size).
 META = '{"host":"bench-host","pid":12345,"thread":"MainThread"}'
@@ -118,7 +106,9 @@ def cpu_per_hand_off(r: Any, cycle: Cycle, count: int) -> float:
 
 def cold_p50s(r: Any, cycles: dict[str, Cycle], count: int, gap: float) -> dict[str, float]:
     """Each script's p50 (µs, SLOWLOG) when called alone after *gap* seconds of idle."""
-    prl = r.script_load(PRL_UNLOCK)
+    import redis_lock  # python-redis-lock (the bench group): its own unlock script
+
+    prl = r.script_load(redis_lock.UNLOCK_SCRIPT)
     r.slowlog_reset()
     for _ in range(count):
         for cycle in cycles.values():
