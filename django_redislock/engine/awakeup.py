@@ -147,26 +147,41 @@ class AsyncWakeHub:
             if pubsub is not None:
                 await _close_quietly(pubsub)
 
+    def local_channel(self) -> bytes | None:
+        """The hub's channel while waiters are registered, else None: a release sends it
+        so that a hand-off (or poke) to a waiter of this hub comes back in its reply,
+        to :meth:`deliver`, instead of through Redis's pub/sub and the reader task."""
+        return self.channel_arg if self._waiters else None
+
+    def deliver(self, data: bytes | str) -> None:
+        """Pass a wake-up message (``"<nonce> <fence>"``, or ``"<nonce>"`` for a poke)
+        to the waiter it is for; one not registered yet gets it when it registers."""
+        nonce, fence = parse_grant(data)
+        waiter = self._waiters.get(nonce)
+        if waiter is None:  # not registered yet (or gave up): keep it briefly
+            self._early.put(nonce, fence)
+        elif fence is None:
+            waiter.poke()
+        else:
+            waiter.deliver(fence)
+
     def _handle(self, message: dict[str, Any]) -> None:
         kind = message["type"]
         kind = kind.decode() if isinstance(kind, bytes) else kind
         if kind == "message":
-            nonce, fence = parse_grant(message["data"])
-            waiter = self._waiters.get(nonce)
-            if waiter is None:  # not registered yet (or gave up): keep it briefly
-                self._early.put(nonce, fence)
-            elif fence is None:
-                waiter.poke()
-            else:
-                waiter.deliver(fence)
+            self.deliver(message["data"])
         elif kind == "subscribe":
             self._subscribed = True
             self._last_error = None
             self._confirmed.set()
             self._confirmations += 1
             if self._confirmations > 1:
-                for waiter in list(self._waiters.values()):
-                    waiter.poke()
+                self.poke_all()
+
+    def poke_all(self) -> None:
+        """Wake every waiter to ask Redis again (wake-ups may have been lost)."""
+        for waiter in list(self._waiters.values()):
+            waiter.poke()
 
     async def _connection_lost(self, pubsub: Any, exc: BaseException) -> None:
         if self._subscribed or self._last_error is None:

@@ -89,16 +89,23 @@ class Mutex:
     def release_call(
         self, keys: Sequence[bytes], owner: str, nonce: str, retention: bytes, everything: bool,
         name: str, action: str = "release the lock", *, complete: bool = False,
+        here: bytes | None = None,
     ) -> Call:  # fmt: skip
         """Release one hold of *owner* (every hold, with *everything*); with *complete*,
         write the run's completion record in the same script (also when the hold was
-        lost: the run did complete)."""
+        lost: the run did complete). *here*: the caller's wake-up channel while it has
+        waiters: a hand-off (or poke) to one of them comes back as the reply, the
+        wake-up message, for the caller to deliver (see :func:`.wake.release_outcome`)."""
         args: tuple[Any, ...] = (owner, nonce, retention)
         if complete:
             if not self.completion:
                 raise LockError(f"lock {name!r}: only a run's hold has a completion record")
             args += (b"all" if everything else b"", b"poke" if self.barge else b"",
                      self.completion_ms)  # fmt: skip
+            if here:
+                args += (here,)
+        elif here:
+            args += (b"all" if everything else b"", b"poke" if self.barge else b"", b"", here)
         elif self.barge:
             args += (b"all" if everything else b"", b"poke")
         elif everything:

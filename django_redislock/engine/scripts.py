@@ -266,7 +266,10 @@ _QUEUE = (
 -- *first*: the head, when the caller popped it already. The live entry is split
 -- once, and Redis's clock read once: a hand-off is on the next holder's
 -- critical path, so the history event is made of what is read already.
-local function handoff(retention, overwrite, rel, held, first)
+-- *here*: the caller's own wake-up channel, when its process has waiters: a grant
+-- to a wait on it is not published but returned (the message) for the caller to
+-- deliver in-process, without a trip through Redis's pub/sub.
+local function handoff(retention, overwrite, rel, held, first, here)
   local now, w, e, p = now_ms(), first or redis.call('LPOP', Q), nil, nil
   while w do
     e = redis.call('HGET', E, w)
@@ -298,7 +301,9 @@ local function handoff(retention, overwrite, rel, held, first)
   local ttl, lease = tonumber(p[4]), nil
   if ttl == 0 or ttl > CLAIM_MS then lease = CLAIM_MS end
   local fence = grant(w, p[6], p[4], p[7], retention, overwrite, f[1], true, lease, extra)
-  redis.call('PUBLISH', p[5], p[6] .. ' ' .. fence)
+  local message = p[6] .. ' ' .. fence
+  if p[5] == here then return message end
+  redis.call('PUBLISH', p[5], message)
   return true
 end
 
@@ -450,11 +455,16 @@ return -2 - redis.call('PTTL', L)
 """
 )
 
-# ARGV: owner, nonce, retention_ms[, "all"[, "poke"[, record_ms]]]
+# ARGV: owner, nonce, retention_ms[, "all"[, "poke"[, record_ms[, here]]]] ('' for
+# an option not taken)
 # KEYS[5] (a run's hold; with record_ms, written): the run's completion record,
 # written by this release (a run that completed), after the path's first write (so
 # a full Redis still takes it), and also when the hold was lost.
-# Returns the remaining hold count (0 = released), or -1 when not owned.
+# here: the releasing process's wake-up channel, sent when that process has waiters
+# of its own: a hand-off (or poke) to one of them is not published but returned.
+# Returns the remaining hold count (0 = released), or -1 when not owned; released
+# to a waiter on *here*, the wake-up message instead ("<nonce> <fence>", or
+# "<nonce>" for a poke), and a repeat sent with *here* '*' (see the head).
 # The nonce makes a retried release (after a lost reply) count once. With "all",
 # every hold of the owner is released at once. With "poke" (fair=False) a freed
 # lock is not handed to the first waiter: it is freed and that waiter is woken
@@ -462,14 +472,21 @@ return -2 - redis.call('PTTL', L)
 # The start of every release script (one Redis or a Redlock master): not owned, a
 # repeat (same nonce), or a partial release; what follows frees the lock (c == 0).
 _RELEASE_HEAD = r"""
-local owner, nonce, retention = ARGV[1], ARGV[2], ARGV[3]
+local owner, nonce, retention, record_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[6]
+if record_ms == '' then record_ms = nil end
 local h = redis.call('HMGET', L, 'owner', 'rel', 'count', 'q', 'since', 'meta')
 if h[1] ~= owner then
-  if redis.call('HGET', F, 'rel') == nonce then return 0 end
+  if redis.call('HGET', F, 'rel') == nonce then
+    -- A repeat of a release that went through. Sent with *here*, its first reply may
+    -- have carried a wake-up for a waiter of the caller's, lost with it: '*' asks
+    -- the caller to poke its waiters (each asks Redis again and finds its grant).
+    if ARGV[7] then return '*' end
+    return 0
+  end
   -- The run completed though its hold was lost: its record is still written (a
   -- full Redis refuses it, the one write of this path: then the release says -1 all
   -- the same).
-  if KEYS[5] and ARGV[6] then pcall(redis.call, 'SET', KEYS[5], '1', 'PX', ARGV[6]) end
+  if KEYS[5] and record_ms then pcall(redis.call, 'SET', KEYS[5], '1', 'PX', record_ms) end
   return -1
 end
 if h[2] == nonce then return tonumber(h[3]) end
@@ -481,7 +498,7 @@ if ARGV[4] == 'all' then c = 0 end
 if c > 0 then
   redis.call('HDEL', L, 'rel')
   redis.call('HSET', L, 'count', c, 'rel', nonce)
-  if KEYS[5] and ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
+  if KEYS[5] and record_ms then redis.call('SET', KEYS[5], '1', 'PX', record_ms) end
   return c
 end
 """
@@ -507,31 +524,35 @@ if not first then
     redis.call('PEXPIRE', F, retention)
   end
   if h[4] then redis.call('HDEL', F, 'q') end
-  if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
+  if record_ms then redis.call('SET', KEYS[5], '1', 'PX', record_ms) end
   return 0
 end
 """
     + _GRANT_FUNCTION
     + _QUEUE
     + r"""
+local here, handed, poked = ARGV[7], nil, nil
 if ARGV[5] == 'poke' then
   redis.call('DEL', L)
   local w, e = live_head()
   if w then
     local p = entry_fields(e)
-    redis.call('PUBLISH', p[3], p[4])
+    if p[3] == here then poked = p[4] else redis.call('PUBLISH', p[3], p[4]) end
   end
-elseif handoff(retention, true, nonce, h, first) then
-  if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
-  return 0
 else
+  handed = handoff(retention, true, nonce, h, first, here)
+  if handed then
+    if record_ms then redis.call('SET', KEYS[5], '1', 'PX', record_ms) end
+    if handed == true then return 0 end
+    return handed
+  end
   -- Nobody live was queued (the hand-off's look emptied the queue): both flags go.
   redis.call('DEL', L)
   redis.call('HDEL', F, 'q')
 end
 if redis.call('HSET', F, 'rel', nonce, 'cur', '') == 2 then redis.call('PEXPIRE', F, retention) end
-if ARGV[6] then redis.call('SET', KEYS[5], '1', 'PX', ARGV[6]) end
-return 0
+if record_ms then redis.call('SET', KEYS[5], '1', 'PX', record_ms) end
+return poked or 0
 """
 )
 

@@ -10,7 +10,8 @@ queued, and the release came first): the hub keeps it briefly.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 #: Hand-offs kept for waiters that have not registered yet (oldest dropped).
 EARLY_GRANTS_KEPT = 256
@@ -23,6 +24,41 @@ def parse_grant(data: bytes | str) -> tuple[str, int | None]:
     text = data.decode() if isinstance(data, bytes) else data
     nonce, _, fence = text.partition(" ")
     return nonce, int(fence) if fence else None
+
+
+#: A repeated release's answer to one sent with its hub's channel (see
+#: :func:`release_outcome`).
+POKE_ALL = ("*", b"*")
+
+
+class LocalWakeups(Protocol):
+    """What a release delivers a wake-up to in its own process (an asyncio hub)."""
+
+    def deliver(self, data: bytes | str) -> None:
+        """Pass a wake-up message to the waiter it is for."""
+
+    def poke_all(self) -> None:
+        """Wake every waiter to ask Redis again."""
+
+
+def release_outcome(reply: Any, hub: Callable[[], LocalWakeups]) -> int:
+    """A mutex release's reply as the holds left (0: released; -1: not owned).
+
+    A release sent with its hub's channel gets, when it handed the lock to a waiter
+    of that hub (or poked one), the wake-up message instead of 0: it is delivered
+    here (*hub* gives the hub), and was not published. A repeat of such a release
+    (its first reply lost, or abandoned by a cancellation) may have lost that
+    message: it answers ``*``, and every waiter of the hub asks Redis again.
+    """
+    if type(reply) is int:
+        return reply
+    if isinstance(reply, (bytes, str)):
+        if reply in POKE_ALL:
+            hub().poke_all()
+        else:
+            hub().deliver(reply)
+        return 0
+    return int(reply)
 
 
 class EarlyGrants:

@@ -47,6 +47,7 @@ from ..engine.validate import (
     validate_seconds,
     validate_wait,
 )
+from ..engine.wake import release_outcome
 from ..engine.watchdog import watchdog
 from ..exceptions import (
     LockBackendError,
@@ -531,8 +532,10 @@ class Lock:
 
     def _release_call(
         self, backend: Backend | AsyncBackend, owner: str, nonce: str, everything: bool,
-        complete: bool = False,
+        complete: bool = False, *, here: bytes | None = None,
     ) -> Call:  # fmt: skip
+        """The release call; *here*: see :meth:`.Mutex.release_call` (a shared
+        primitive's release publishes every grant)."""
         keys = self._call_keys(backend)
         kind = self._kind
         if complete:
@@ -540,6 +543,10 @@ class Lock:
                 raise LockError(f"{self.name!r}: only a mutex's hold can be a run's")
             return kind.release_call(
                 keys, owner, nonce, backend.retention_arg, everything, self.name, complete=True
+            )
+        if here is not None and type(kind) is Mutex:
+            return kind.release_call(
+                keys, owner, nonce, backend.retention_arg, everything, self.name, here=here
             )
         return kind.release_call(keys, owner, nonce, backend.retention_arg, everything, self.name)
 
@@ -601,15 +608,17 @@ class Lock:
         is finished in the background with the same nonce."""
         backend = self._source.abackend()
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
-        call = self._release_call(backend, owner, nonce, everything)
+        # Waiters of this event loop's hub get a hand-off in the release's reply.
+        here = backend.local_channel() if prior is None else None
+        call = self._release_call(backend, owner, nonce, everything, here=here)
         try:
             if prior is None:
-                remaining = int(await call_async(call, backend))
+                remaining = _released(await call_async(call, backend), backend, here)
             else:
                 remaining = int(await at_once.after_prior_async(prior, call, self, backend))
         except asyncio.CancelledError:
             await finish_in_background(
-                self._finish_release(call, backend, owner, made_up, everything, prior)
+                self._finish_release(call, backend, owner, made_up, everything, prior, here)
             )
             raise
         except LockBackendError as error:
@@ -620,10 +629,10 @@ class Lock:
 
     async def _finish_release(
         self, call: Call, backend: AsyncBackend, owner: str, made_up: bool, everything: bool,
-        prior: Prior | None = None,
+        prior: Prior | None = None, here: bytes | None = None,
     ) -> None:  # fmt: skip
         if prior is None:
-            remaining = int(await call_async(call, backend))
+            remaining = _released(await call_async(call, backend), backend, here)
         else:
             remaining = int(await at_once.after_prior_async(prior, call, self, backend))
         try:
@@ -1058,3 +1067,11 @@ def _start_clock() -> float:
     if signals.lock_acquired.receivers or signals.lock_not_acquired.receivers:
         return monotonic()
     return 0.0
+
+
+def _released(reply: Any, backend: AsyncBackend, here: bytes | None) -> int:
+    """The holds an asyncio release left; a hand-off it made to a waiter of this event
+    loop (sent *here*, the hub's channel) is delivered to that waiter now."""
+    if here is None:
+        return int(reply)
+    return release_outcome(reply, backend.hub)

@@ -193,6 +193,10 @@ class AsyncRedlockBackend(RedlockBase):
             self._hub = AsyncWakeHub(self._picker, self.keyspace.wake_prefix)
         return self._hub
 
+    def local_channel(self) -> bytes | None:
+        """None: a release on Redlock's masters pokes its waiters, it hands nothing over."""
+        return None
+
     async def aclose(self) -> None:
         """Stop the hub and close the masters' connections."""
         if self._hub is not None:

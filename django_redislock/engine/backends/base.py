@@ -102,6 +102,11 @@ class AsyncBackend(Protocol):
     def hub(self) -> AsyncWakeHub:
         """This event loop's wake-up hub for this backend."""
 
+    def local_channel(self) -> bytes | None:
+        """The hub's channel while it has waiters (see
+        :meth:`~..awakeup.AsyncWakeHub.local_channel`), else None; always None where a
+        release does not hand the lock over in its own script (Redlock)."""
+
     async def aclose(self) -> None:
         """Close the connections (the hub's too)."""
 
@@ -155,6 +160,11 @@ class AsyncBackendState(BackendState):
         if self._hub is None:
             self._hub = AsyncWakeHub(self._subscriber(), self.keyspace.wake_prefix)
         return self._hub
+
+    def local_channel(self) -> bytes | None:
+        """The hub's channel while it has waiters, else None."""
+        hub = self._hub
+        return None if hub is None else hub.local_channel()
 
     async def aclose(self) -> None:
         """Stop the hub and close the connections."""
