@@ -51,6 +51,10 @@ class AsyncWakeHub:
         self.channel = f"{channel_prefix}{process_token()}:a{next(_hub_ids)}"
         self.channel_arg = self.channel.encode()
         self._waiters: dict[str, AsyncWaiter] = {}
+        #: The channel while waiters are registered, else None: a release sends it so
+        #: that a hand-off (or poke) to a waiter of this hub comes back in its reply,
+        #: to :meth:`deliver`, instead of through Redis's pub/sub and the reader task.
+        self.local_channel: bytes | None = None
         self._early = EarlyGrants()
         self._reader: asyncio.Task[None] | None = None
         self._subscribed = False
@@ -80,6 +84,7 @@ class AsyncWakeHub:
         """Register the wait *nonce*; a grant (or poke) that arrived before is delivered at once."""
         waiter = AsyncWaiter()
         self._waiters[nonce] = waiter
+        self.local_channel = self.channel_arg
         early = self._early.take(nonce)
         if early is not None:
             waiter.receive(early)
@@ -88,6 +93,8 @@ class AsyncWakeHub:
     def unregister(self, nonce: str) -> None:
         """Forget the wait *nonce* (it is over)."""
         self._waiters.pop(nonce, None)
+        if not self._waiters:
+            self.local_channel = None
 
     async def wait_ready(self, timeout: float = _SUBSCRIBE_TIMEOUT) -> None:
         """Wait until Redis confirmed the subscription, or raise LockBackendError."""
@@ -146,12 +153,6 @@ class AsyncWakeHub:
             self._confirmed.clear()
             if pubsub is not None:
                 await _close_quietly(pubsub)
-
-    def local_channel(self) -> bytes | None:
-        """The hub's channel while waiters are registered, else None: a release sends it
-        so that a hand-off (or poke) to a waiter of this hub comes back in its reply,
-        to :meth:`deliver`, instead of through Redis's pub/sub and the reader task."""
-        return self.channel_arg if self._waiters else None
 
     def deliver(self, data: bytes | str) -> None:
         """Pass a wake-up message (``"<nonce> <fence>"``, or ``"<nonce>"`` for a poke)

@@ -613,7 +613,9 @@ class Lock:
         call = self._release_call(backend, owner, nonce, everything, here=here)
         try:
             if prior is None:
-                remaining = _released(await call_async(call, backend), backend, here)
+                reply = await call_async(call, backend)
+                # A hand-off to a waiter of this loop (see release_outcome).
+                remaining = int(reply) if here is None else release_outcome(reply, backend.hub)
             else:
                 remaining = int(await at_once.after_prior_async(prior, call, self, backend))
         except asyncio.CancelledError:
@@ -632,7 +634,8 @@ class Lock:
         prior: Prior | None = None, here: bytes | None = None,
     ) -> None:  # fmt: skip
         if prior is None:
-            remaining = _released(await call_async(call, backend), backend, here)
+            reply = await call_async(call, backend)
+            remaining = int(reply) if here is None else release_outcome(reply, backend.hub)
         else:
             remaining = int(await at_once.after_prior_async(prior, call, self, backend))
         try:
@@ -1067,11 +1070,3 @@ def _start_clock() -> float:
     if signals.lock_acquired.receivers or signals.lock_not_acquired.receivers:
         return monotonic()
     return 0.0
-
-
-def _released(reply: Any, backend: AsyncBackend, here: bytes | None) -> int:
-    """The holds an asyncio release left; a hand-off it made to a waiter of this event
-    loop (sent *here*, the hub's channel) is delivered to that waiter now."""
-    if here is None:
-        return int(reply)
-    return release_outcome(reply, backend.hub)

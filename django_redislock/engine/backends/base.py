@@ -104,7 +104,7 @@ class AsyncBackend(Protocol):
 
     def local_channel(self) -> bytes | None:
         """The hub's channel while it has waiters (see
-        :meth:`~..awakeup.AsyncWakeHub.local_channel`), else None; always None where a
+        :attr:`~..awakeup.AsyncWakeHub.local_channel`), else None; always None where a
         release does not hand the lock over in its own script (Redlock)."""
 
     async def aclose(self) -> None:
@@ -164,7 +164,7 @@ class AsyncBackendState(BackendState):
     def local_channel(self) -> bytes | None:
         """The hub's channel while it has waiters, else None."""
         hub = self._hub
-        return None if hub is None else hub.local_channel()
+        return None if hub is None else hub.local_channel
 
     async def aclose(self) -> None:
         """Stop the hub and close the connections."""
