@@ -61,6 +61,9 @@ STEP8_SYNC = "wire-locks-2026-11-28-1.json"
 # (pinned); and where the uncontended gap to the floor stands after it.
 STEP9_SYNC = "kept-locks-2026-11-28-1.json"
 STEP9_ASYNC = "kept-async-pinned-2026-11-28-1.json"
+# The eleventh step (an asyncio hand-off within one loop comes back in the release's
+# reply): the asyncio hand-off, one process and two.
+STEP11_ASYNC = "local-handoff-async-2026-11-28-2.json"
 
 OURS_COLOR = "#c0392b"
 PEER_COLOR = "#7f8c8d"
@@ -588,6 +591,9 @@ CHARTS: dict[str, Callable[[], Figure]] = {
         STEP9_ASYNC, "A kept connection, ninth step: asyncio (pinned)"
     ),
     "gap-to-floor-step9.svg": lambda: gap_to_floor(STEP9_SYNC),
+    "step11-async.svg": lambda: before_after(
+        STEP11_ASYNC, "A hand-off within one loop in the release's reply, eleventh step: asyncio"
+    ),
 }
 
 
