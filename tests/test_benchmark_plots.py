@@ -63,6 +63,7 @@ def test_every_chart_names_its_result_file_and_unit(plot: ModuleType, tmp_path: 
         "step9-sync.svg": (plot.STEP9_SYNC, "after ÷ before"),
         "step9-async.svg": (plot.STEP9_ASYNC, "after ÷ before"),
         "gap-to-floor-step9.svg": (plot.STEP9_SYNC, "over the floor"),
+        "step11-async.svg": (plot.STEP11_ASYNC, "after ÷ before"),
     }
     assert set(plot.CHARTS) == set(sources)
     for filename, (result, unit) in sources.items():
