@@ -96,6 +96,59 @@ def test_a_waiter_of_the_same_event_loop_is_woken_from_the_release_reply(
     run(scenario)
 
 
+def test_a_semaphore_place_is_handed_within_the_loop_from_the_release_reply(
+    manager: LockManager, name: str, redis_client: redis.Redis
+) -> None:
+    async def scenario() -> None:
+        sem = manager.semaphore(name, 1, ttl=30, timeout=30)
+        assert await sem.aacquire(blocking=False)
+        inside = asyncio.Event()
+
+        async def wait() -> None:
+            async with sem:
+                inside.set()
+
+        waiting = asyncio.ensure_future(wait())
+        await _queued(manager, name, 1)
+        published = _publishes(redis_client)
+        await sem.arelease()
+        await asyncio.wait_for(waiting, WAIT)
+        assert inside.is_set() and _publishes(redis_client) == published
+        assert await manager.aget(name) is None
+
+    run(scenario)
+
+
+def test_a_write_release_hands_every_queued_read_within_the_loop(
+    manager: LockManager, name: str, redis_client: redis.Redis
+) -> None:
+    """One release hands two places (a list of wake-ups in its reply): both readers
+    hold at once, and neither was published."""
+
+    async def scenario() -> None:
+        rw = manager.rw_lock(name, ttl=30, timeout=30)
+        writer = rw.write()
+        assert await writer.aacquire(blocking=False)
+        readers_in = 0
+
+        async def read() -> int:
+            nonlocal readers_in
+            async with rw.read():
+                readers_in += 1
+                await _until(lambda: readers_in == 2, "both readers inside")
+                return readers_in
+
+        reading = [asyncio.ensure_future(read()) for _ in range(2)]
+        await _queued(manager, name, 2)
+        published = _publishes(redis_client)
+        await writer.arelease()
+        assert await asyncio.wait_for(asyncio.gather(*reading), WAIT) == [2, 2]
+        assert _publishes(redis_client) == published
+        assert await manager.aget(name) is None
+
+    run(scenario)
+
+
 def test_a_waiter_of_another_event_loop_is_woken_through_pub_sub(
     manager: LockManager, name: str, redis_client: redis.Redis
 ) -> None:

@@ -95,10 +95,15 @@ class Shared:
 
     def release_call(
         self, keys: Sequence[bytes], owner: str, nonce: str, retention: bytes, everything: bool,
-        name: str, action: str = "release the lock",
+        name: str, action: str = "release the lock", *, here: bytes | None = None,
     ) -> Call:  # fmt: skip
-        """Release one hold of *owner* in this mode (every hold, with *everything*)."""
-        args = (owner, nonce, retention, b"all" if everything else b"", self._mode_arg)
+        """Release one hold of *owner* in this mode (every hold, with *everything*);
+        *here*: as for :meth:`.Mutex.release_call` (the places handed to waiters on it
+        come back as their wake-up messages)."""
+        args: tuple[Any, ...] = (owner, nonce, retention, b"all" if everything else b"",
+                                 self._mode_arg)  # fmt: skip
+        if here:
+            args += (here,)
         return Call(release_shared_script, keys, args, action, name)
 
     def cancel_call(

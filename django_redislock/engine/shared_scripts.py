@@ -153,6 +153,11 @@ local function left_by(member, r)
   leaving = {o = string.sub(member, 3), h = now_ms() - tonumber(r[3]), m = r[8]}
 end
 
+-- A release's caller's own wake-up channel (ARGV), when its process has waiters:
+-- a grant to a waiter on it is not published but kept in *woken*, which the
+-- release returns for the caller to deliver in-process (see scripts.RELEASE).
+local here, woken = nil, {}
+
 -- Grant every waiter at the head that may hold now, in order, and wake each.
 -- A hand-off is leased for the claim window until its waiter claims it. When
 -- the head is *me* (the caller of an acquire, with *my* nonce, ttl and meta),
@@ -173,7 +178,11 @@ local function handoff(retention, me, my)
     else
       if ttl > CLAIM_MS then ttl = CLAIM_MS end
       local fence = grant(mode, limit, w, p[4], p[2], p[6], ttl, retention)
-      redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
+      if p[3] == here then
+        woken[#woken + 1] = p[4] .. ' ' .. fence
+      else
+        redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
+      end
       if leaving then
         record(waited_by({e = 'handoff', o = leaving.o, h = leaving.h, m = leaving.m}, w, e))
       end
@@ -287,19 +296,25 @@ return wait_hint()
 #: How many recent full-release nonces a lock remembers (for a retried release).
 RELEASES_KEPT = 16
 
-# ARGV: owner, nonce, retention_ms, all ('all' or ''), mode.
+# ARGV: owner, nonce, retention_ms, all ('all' or ''), mode[, here].
 # Returns the owner's remaining hold count in that mode (0 = released), -1 when
-# it holds none. The nonce makes a retried release count once.
+# it holds none. The nonce makes a retried release count once. *here*, as for a
+# mutex's release: the places it hands to waiters on that channel come back as
+# their wake-up messages (a list) instead of 0, and a repeat answers '*'.
 RELEASE = (
     _BASE
     + r"""
 local owner, nonce, retention, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
+here = ARGV[6]
 local member = mode .. ':' .. owner
 purge()
 local held = redis.call('HGET', L, member)
 if not held then
   local rels = redis.call('HGET', F, 'rels')
-  if rels and string.find(' ' .. rels, ' ' .. nonce .. ' ', 1, true) then return 0 end
+  if rels and string.find(' ' .. rels, ' ' .. nonce .. ' ', 1, true) then
+    if here then return '*' end
+    return 0
+  end
   return -1
 end
 local r = rec(held)
@@ -323,6 +338,7 @@ if redis.call('HSET', F, 'rels', table.concat(kept, ' ') .. ' ') == 1 then
   redis.call('PEXPIRE', F, retention)
 end
 settle(retention)
+if #woken > 0 then return woken end
 return 0
 """.replace("KEPT", str(RELEASES_KEPT))
 )

@@ -45,7 +45,8 @@ def release_outcome(reply: Any, hub: Callable[[], LocalWakeups]) -> int:
     """A mutex release's reply as the holds left (0: released; -1: not owned).
 
     A release sent with its hub's channel gets, when it handed the lock to a waiter
-    of that hub (or poked one), the wake-up message instead of 0: it is delivered
+    of that hub (or poked one), the wake-up message instead of 0 (a semaphore's or
+    read-write lock's, a list of them: one per place handed on): it is delivered
     here (*hub* gives the hub), and was not published. A repeat of such a release
     (its first reply lost, or abandoned by a cancellation) may have lost that
     message: it answers ``*``, and every waiter of the hub asks Redis again.
@@ -57,6 +58,10 @@ def release_outcome(reply: Any, hub: Callable[[], LocalWakeups]) -> int:
             hub().poke_all()
         else:
             hub().deliver(reply)
+        return 0
+    if isinstance(reply, list):  # a semaphore's or read-write lock's places
+        for message in reply:
+            hub().deliver(message)
         return 0
     return int(reply)
 

@@ -534,8 +534,7 @@ class Lock:
         self, backend: Backend | AsyncBackend, owner: str, nonce: str, everything: bool,
         complete: bool = False, *, here: bytes | None = None,
     ) -> Call:  # fmt: skip
-        """The release call; *here*: see :meth:`.Mutex.release_call` (a shared
-        primitive's release publishes every grant)."""
+        """The release call; *here*: see :meth:`.Mutex.release_call`."""
         keys = self._call_keys(backend)
         kind = self._kind
         if complete:
@@ -544,7 +543,7 @@ class Lock:
             return kind.release_call(
                 keys, owner, nonce, backend.retention_arg, everything, self.name, complete=True
             )
-        if here is not None and type(kind) is Mutex:
+        if here is not None:
             return kind.release_call(
                 keys, owner, nonce, backend.retention_arg, everything, self.name, here=here
             )
