@@ -42,7 +42,7 @@ class LocalWakeups(Protocol):
 
 
 def release_outcome(reply: Any, hub: Callable[[], LocalWakeups]) -> int:
-    """A mutex release's reply as the holds left (0: released; -1: not owned).
+    """A release's reply as the holds left (0: released; -1: not owned).
 
     A release sent with its hub's channel gets, when it handed the lock to a waiter
     of that hub (or poked one), the wake-up message instead of 0 (a semaphore's or
