@@ -9,6 +9,8 @@ arrive shows as a waiter still blocked after five seconds, not as a slow test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -201,8 +203,12 @@ def test_a_release_cancelled_in_flight_still_wakes_the_waiter(
         releasing = asyncio.ensure_future(holder.arelease())
         await asyncio.sleep(0)  # the release is on its way: its reply is abandoned
         releasing.cancel()
-        with pytest.raises(asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError):
             await releasing
+        # Python 3.10 can drop a cancellation inside redis-py's wait_for (CPython
+        # gh-86296), and nothing tells the drivers there: the release then simply
+        # finished. From 3.11 it is raised.
+        assert releasing.cancelled() or sys.version_info < (3, 11)
         # Finished in the background with the same nonce: the release went through
         # once, and the waiter, whose wake-up was in the abandoned reply, gets it.
         assert await asyncio.wait_for(waiting, WAIT)
