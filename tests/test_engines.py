@@ -46,7 +46,11 @@ def _sentinel() -> Iterator[LockManager]:
 def _cluster() -> Iterator[LockManager]:
     from tests.redis_cluster import shared_cluster
 
-    yield LockManager(client=shared_cluster().client())
+    client = shared_cluster().client()
+    # The cluster outlives the test (one per process), and so would its keys: every
+    # fencing counter earlier tests left makes a SCAN page through more of them.
+    client.flushall(target_nodes=client.PRIMARIES)
+    yield LockManager(client=client)
 
 
 def _cluster_wait() -> Iterator[LockManager]:
