@@ -5,6 +5,12 @@ The server binary is found like the example project finds it (system
 venv's Python). The URL is exported as ``REDISLOCK_TEST_REDIS_URL`` so child
 processes reuse the same server.
 
+Under pytest-xdist each worker starts a server of its own (every test flushes
+its server): ``REDISLOCK_TEST_REDIS_OWNER`` names the worker (``""`` for a run
+without workers) that started the exported one, and a process of another worker
+does not reuse it. A URL set from outside (no owner) is used by every process
+as it is, so give it only to runs without ``-n``.
+
 The test matrix (``noxfile.py``) picks the Redis to test on with two variables:
 ``REDISLOCK_TEST_REDIS_SERVER`` names the ``redis-server`` binary every server of
 the run is started from (its directory goes first on ``PATH``, so child processes
@@ -38,6 +44,7 @@ __all__ = [
 ENV_VAR = "REDISLOCK_TEST_REDIS_URL"
 BINARY_ENV_VAR = "REDISLOCK_TEST_REDIS_SERVER"
 VERSION_ENV_VAR = "REDISLOCK_TEST_REDIS_VERSION"
+OWNER_ENV_VAR = "REDISLOCK_TEST_REDIS_OWNER"
 
 
 def _put_named_binary_first_on_path() -> None:
@@ -103,8 +110,12 @@ def ensure_server() -> str:
     """The test Redis URL: from the environment, or a server started now."""
     global _server
     url = os.environ.get(ENV_VAR)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if url and os.environ.get(OWNER_ENV_VAR, worker) != worker:
+        url = None  # the xdist controller's or another worker's server
     if not url:
         _server = RedisServer()
         url = os.environ[ENV_VAR] = _server.url
+        os.environ[OWNER_ENV_VAR] = worker
     _check_version(url)
     return url
