@@ -160,7 +160,7 @@ def _confirm_page(
     count = len(targets)
     what = "holder" if all(t.mode for t in targets) else "lock"
     context = {
-        **page_context(model_admin, request, f"{verb} {count} {what}{'s' * (count != 1)}?"),
+        **page_context(model_admin, request, f"{verb} {count} {what}{'s' * (count != 1)}?", verb),
         "action": action,
         "action_url": model_admin.url(action),
         "items": items,

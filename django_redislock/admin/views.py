@@ -16,15 +16,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
+import django
 from django.apps import apps
 from django.contrib.admin import AdminSite
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Model
+from django.db.models.options import Options
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
+from django.utils.text import Truncator
 
 from ..conf import setting
 from ..describe.shaping import shaping_lines
@@ -193,19 +196,49 @@ def _holder_rows(model_admin: ViewerAdmin, info: LockInfo) -> list[HolderRow]:
     ]
 
 
-def page_context(model_admin: ViewerAdmin, request: HttpRequest, title: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StockChangeList:
+    """What Django's ``admin/change_list.html`` reads of its ``cl`` outside the content
+    block our list page replaces: the model's options, for its breadcrumbs."""
+
+    opts: Options[Any]
+
+
+def page_context(
+    model_admin: ViewerAdmin, request: HttpRequest, title: str, crumb: str | None = None
+) -> dict[str, Any]:
     """What every viewer page's template needs: the admin's own context, the page
-    title, the viewer's URLs and the user's permissions."""
+    title, the viewer's URLs and the user's permissions.
+
+    *crumb* is the page's last breadcrumb, after Home › Redis locks › Locks: a page
+    without one (the list, the error page) extends Django's ``admin/change_list.html``,
+    a page with one (a lock, a confirmation, the contention overview) Django's
+    ``admin/change_form.html``, so the breadcrumb bar is the installed Django's own
+    markup (``django_redislock/admin/base.html``).
+    """
     request.current_app = model_admin.admin_site.name
     opts = model_admin.model._meta
+    if crumb is None:
+        stock = {
+            "stock_template": "admin/change_list.html",
+            "cl": StockChangeList(opts),
+            # Our action buttons are above the list (the stock page otherwise widens
+            # its first column).
+            "actions_on_top": True,
+        }
+    else:
+        stock = {
+            "stock_template": "admin/change_form.html",
+            "original": Truncator(crumb).chars(80),
+            # The stock trail links "Locks" for a user who may see the list.
+            "has_view_permission": model_admin.has_view_permission(request),
+        }
     return {
         **model_admin.admin_site.each_context(request),
+        **stock,
         "title": title,
         "opts": opts,
         "app_label": opts.app_label,
-        "app_url": reverse(
-            f"{model_admin.admin_site.name}:app_list", kwargs={"app_label": opts.app_label}
-        ),
         "list_url": model_admin.url("changelist"),
         "release_url": model_admin.url("release"),
         "extend_url": model_admin.url("extend"),
@@ -290,6 +323,10 @@ def changelist_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpRespo
         ),
         "first_window_url": qs(params, cursor="", p="") if query.cursor != "0" else None,
         "list_qs": qs(params)[1:],
+        # Django 6.1's admin/base.html places the object-tools block beside the title;
+        # up to 6.0, admin/change_list.html places it inside the content block, which
+        # this page replaces, so the page writes its tools there itself.
+        "object_tools_in_content": django.VERSION < (6, 1),
     }
     return TemplateResponse(request, "django_redislock/admin/lock_list.html", context)
 
@@ -333,7 +370,7 @@ def change_view(model_admin: ViewerAdmin, request: HttpRequest, object_id: str) 
         info = None
     mutex = info if info is not None and info.primitive == "mutex" else None
     context = {
-        **page_context(model_admin, request, f"Lock {name}"),
+        **page_context(model_admin, request, f"Lock {name}", name),
         "name": name,
         "row": _row(model_admin, info) if info else None,
         "holders": _holder_rows(model_admin, info) if info and not mutex else [],
@@ -368,5 +405,5 @@ def contention_view(model_admin: ViewerAdmin, request: HttpRequest) -> HttpRespo
     """Which lock groups cost most waiting lately (see :mod:`.admin_contention`)."""
     require_view(model_admin, request)
     return contention_page(
-        model_admin, request, page_context(model_admin, request, "Lock contention")
+        model_admin, request, page_context(model_admin, request, "Lock contention", "Contention")
     )
