@@ -331,3 +331,32 @@ def test_revoking_a_countdown_task_frees_its_enqueue_lock_at_once(
     assert again.id != result.id
     ca.app.control.revoke(again.id)
     wait_until(lambda: locks.get("uniq:23") is None, 10, "the second release on revoke")
+
+
+@pytest.mark.parametrize("how", ["AsyncResult.revoke", "control.revoke", "control.revoke list"])
+def test_a_call_right_after_a_revoke_is_queued_and_runs(
+    worker: ca.Worker, name: str, how: str
+) -> None:
+    # Issue 41, defect 3: the revoke reaches the worker only later; from the moment
+    # revoke() returns, the same call must not be deduplicated onto the revoked task.
+    first = ca.unique.apply_async((name, name), countdown=3)
+    info = locks.get(f"uniq:{name}")
+    assert info is not None and info.owner == first.id
+    if how == "AsyncResult.revoke":
+        ca.unique.AsyncResult(first.id).revoke()
+    elif how == "control.revoke":
+        ca.app.control.revoke(first.id)
+    else:
+        ca.app.control.revoke([str(uuid.uuid4()), first.id])
+    again = ca.unique.apply_async((name, name), countdown=3)  # at once: same call, same key
+    assert again.id != first.id, "the new call was deduplicated onto the revoked task"
+    info = locks.get(f"uniq:{name}")
+    assert info is not None and info.owner == again.id
+    assert wait_event(name) == ["start", again.id]
+    open_gate(name)
+    assert again.get(timeout=RESULT_WAIT) == "done"
+    # The revoked task is discarded at its ETA, never run.
+    wait_until(lambda: first.state == "REVOKED", RESULT_WAIT, "the revoked task's REVOKED state")
+    events = [e.decode() for e in ca.probe.lrange(f"events:{name}", 0, -1)]
+    assert events == [f"end {again.id}"]
+    wait_until(lambda: locks.get(f"uniq:{name}") is None, 10, "the release at the end")
