@@ -20,8 +20,9 @@ The record is hooked in through Celery's documented ``control`` class of the
 app (``Celery(control=...)``, kept in ``app.control_cls``): the app's control
 class gets :class:`RecordsRevokes` mixed in by :func:`watch_revokes`, for every
 app a :class:`~django_redislock.celery.SingleInstanceTask` is bound to
-(``Task.on_bound``), and for the current app when this package is imported
-(the Django app's ``ready()``). It is written through the lock managers of the
+(``Task.on_bound``), for the current app when this package is imported (the
+Django app's ``ready()``), and, as ``Celery``'s default control class from then
+on (:class:`RevokeRecordingControl`), for the apps made later. It is written through the lock managers of the
 ``unique_on_enqueue`` tasks bound in this process (the default manager when
 there are none).
 
@@ -54,10 +55,13 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from celery import Celery
 from celery.app import app_or_default
+from celery.app.control import Control
 from celery.signals import task_revoked, worker_init
 from celery.worker.control import Panel
 from celery.worker.state import REVOKE_EXPIRES
+from django.core.exceptions import ImproperlyConfigured
 from kombu.utils.functional import maybe_list
 from kombu.utils.imports import symbol_by_name
 
@@ -81,9 +85,12 @@ _dedupe_managers: list[LockManager | None] = []
 
 
 def connect() -> None:
-    """Connect the handlers (idempotent), and record the current app's revokes."""
+    """Connect the handlers (idempotent), and record the revokes of the current app and
+    of the apps made from now on (the default control class of ``Celery``)."""
     task_revoked.connect(_on_revoked, weak=False, dispatch_uid="django_redislock.release_on_revoke")
     worker_init.connect(_hook_revoke, weak=False, dispatch_uid="django_redislock.revoke.hook")
+    default = symbol_by_name(Celery.control_cls)  # type: ignore[no-untyped-call]
+    Celery.control_cls = recording_control(default)
     watch_revokes(app_or_default())
 
 
@@ -100,6 +107,24 @@ class RecordsRevokes:
         return reply
 
 
+class RevokeRecordingControl(RecordsRevokes, Control):  # type: ignore[misc]
+    """Celery's own control class, recording revokes (:class:`RecordsRevokes`)."""
+
+
+def recording_control(base: type) -> type:
+    """*base*, a control class, with :class:`RecordsRevokes` mixed in (made once per
+    class, and kept as a module attribute so an app that names it can be pickled)."""
+    if issubclass(base, RecordsRevokes):
+        return base
+    if base is Control:
+        return RevokeRecordingControl
+    name = f"RevokeRecording_{base.__module__}_{base.__qualname__}".replace(".", "_")
+    made = globals().get(name)
+    if made is None:
+        made = globals()[name] = type(name, (RecordsRevokes, base), {"__module__": __name__})
+    return made
+
+
 def watch_revokes(app: Any, managers: Iterable[LockManager | None] = ()) -> None:
     """Record the revokes sent through *app*'s control (idempotent); *managers*: the lock
     managers of *app*'s ``unique_on_enqueue`` tasks (None: the default one)."""
@@ -109,7 +134,7 @@ def watch_revokes(app: Any, managers: Iterable[LockManager | None] = ()) -> None
     base = symbol_by_name(app.control_cls)  # type: ignore[no-untyped-call]
     if issubclass(base, RecordsRevokes):
         return
-    app.control_cls = type(base.__name__, (RecordsRevokes, base), {"__module__": __name__})
+    app.control_cls = recording_control(base)
     try:  # a control made already is made again, of the new class, at its next use
         del app.control
     except AttributeError:
@@ -129,6 +154,8 @@ def record_revoked(task_ids: Iterable[Any]) -> None:
             for task_id in ids:
                 pipe.set(keyspace.revoked(task_id), b"1", ex=REVOKE_RECORD_TTL)
             pipe.execute()
+        except ImproperlyConfigured:  # no Redis for locks here: no lock to dedupe onto either
+            logger.debug("redislock: revoke of %s not recorded: no Redis", ", ".join(ids))
         except Exception:
             logger.error(
                 "redislock: could not record the revoke of task(s) %s; until the revoke "
