@@ -22,9 +22,9 @@ class gets :class:`RecordsRevokes` mixed in by :func:`watch_revokes`, for every
 app a :class:`~django_redislock.celery.SingleInstanceTask` is bound to
 (``Task.on_bound``), for the current app when this package is imported (the
 Django app's ``ready()``), and, as ``Celery``'s default control class from then
-on (:class:`RevokeRecordingControl`), for the apps made later. It is written through the lock managers of the
-``unique_on_enqueue`` tasks bound in this process (the default manager when
-there are none).
+on (:class:`RevokeRecordingControl`), for the apps made later. It is written
+through the lock managers of the ``unique_on_enqueue`` tasks bound in this
+process (the default manager when there are none).
 
 Then two moments, both in the worker's main process:
 

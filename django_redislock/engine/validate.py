@@ -55,9 +55,7 @@ def validate_seconds(value: object, what: str, none: str = "") -> float:
     except OverflowError:
         seconds = math.inf
     if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(
-            f"{what} must be a positive finite number of seconds{alternative}, got {value!r}"
-        )
+        raise ValueError(f"{what} must be a positive number of seconds{alternative}, got {value!r}")
     return seconds
 
 
