@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import kombu.exceptions
 import pytest
@@ -20,6 +23,7 @@ from tests import celery_app as ca
 pytestmark = [pytest.mark.celery, pytest.mark.slow]
 
 RESULT_WAIT = 30
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -331,3 +335,46 @@ def test_revoking_a_countdown_task_frees_its_enqueue_lock_at_once(
     assert again.id != result.id
     ca.app.control.revoke(again.id)
     wait_until(lambda: locks.get("uniq:23") is None, 10, "the second release on revoke")
+
+
+@pytest.mark.parametrize(
+    "how", ["AsyncResult.revoke", "control.revoke", "control.revoke list", "a fresh process"]
+)
+def test_a_call_right_after_a_revoke_is_queued_and_runs(
+    worker: ca.Worker, name: str, how: str
+) -> None:
+    # Issue 41, defect 3: the revoke reaches the worker only later; from the moment
+    # revoke() returns, the same call must not be deduplicated onto the revoked task.
+    first = ca.unique.apply_async((name, name), countdown=3)
+    info = locks.get(f"uniq:{name}")
+    assert info is not None and info.owner == first.id
+    if how == "AsyncResult.revoke":
+        ca.unique.AsyncResult(first.id).revoke()
+    elif how == "control.revoke":
+        ca.app.control.revoke(first.id)
+    elif how == "control.revoke list":
+        ca.app.control.revoke([str(uuid.uuid4()), first.id])
+    if how != "a fresh process":
+        again = ca.unique.apply_async((name, name), countdown=3)  # at once: same call, same key
+    else:  # its app made after django.setup(), its tasks not loaded until the re-send
+        code = (  # Redis and the broker connected first: the re-send follows at once
+            "from tests import celery_app as ca\n"
+            f"ca.locks.get({name!r}); ca.app.control.ping(timeout=0.1)\n"
+            f"ca.app.control.revoke({first.id!r})\n"
+            f"print(ca.unique.apply_async(({name!r}, {name!r}), countdown=3).id)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60, capture_output=True
+        )
+        again = ca.unique.AsyncResult(out.stdout.decode().split()[-1])
+    assert again.id != first.id, "the new call was deduplicated onto the revoked task"
+    info = locks.get(f"uniq:{name}")
+    assert info is not None and info.owner == again.id
+    assert wait_event(name) == ["start", again.id]
+    open_gate(name)
+    assert again.get(timeout=RESULT_WAIT) == "done"
+    # The revoked task is discarded at its ETA, never run.
+    wait_until(lambda: first.state == "REVOKED", RESULT_WAIT, "the revoked task's REVOKED state")
+    events = [e.decode() for e in ca.probe.lrange(f"events:{name}", 0, -1)]
+    assert events == [f"end {again.id}"]
+    wait_until(lambda: locks.get(f"uniq:{name}") is None, 10, "the release at the end")

@@ -262,6 +262,25 @@ def test_invalid_input_is_refused_with_a_clear_message(kwargs, error, message) -
         locks.lock(name, **kwargs)
 
 
+def test_a_refused_timeout_says_that_0_and_none_are_accepted(name: str) -> None:
+    # Issue 41, defect 7: timeout=-1 said "must be a positive number" though 0 is valid.
+    accepted = "must be 0 (one attempt, no wait), a positive finite number of seconds, or None"
+    refusals = [
+        lambda: locks.lock(name, timeout=-1),
+        lambda: locks.lock(name).acquire(timeout=-1),
+        lambda: locks.lock(name).acquire(blocking_timeout=-1),
+        lambda: locks.lock_many([name], timeout=-1),
+        lambda: locks.election(name).campaign(timeout=-1),
+    ]
+    for refuse in refusals:
+        with pytest.raises(ValueError) as raised:
+            refuse()
+        assert f"timeout {accepted} (wait with no limit), got -1" in str(raised.value)
+        assert "must be a positive number" not in str(raised.value)
+    with pytest.raises(ValueError, match=r"or None \(never look for a deadlock\), got 0"):
+        locks.lock(name, deadlock_timeout=0)
+
+
 def test_acquire_argument_checks(manager: LockManager, name: str) -> None:
     lock = manager.lock(name)
     with pytest.raises(ValueError, match="positive"):

@@ -85,6 +85,8 @@ from .redelivery import (
     record_with_lock,
     take_over,
 )
+from .revoke import connect as _connect_revoke
+from .revoke import free_revoked, watch_revokes
 from .shaping import ADMITTED, resend, settle_start
 
 logger = logging.getLogger("django_redislock.celery")
@@ -504,6 +506,11 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
 
     _redislock_config: GuardConfig | None = None
 
+    @classmethod
+    def on_bound(cls, app: Any) -> None:
+        """Celery's hook: record *app*'s revokes for the enqueue-time dedupe (``revoke.py``)."""
+        watch_revokes(app, [cls.lock_manager] if cls.unique_on_enqueue else [])
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         run = cls.__dict__.get("run")
@@ -664,11 +671,10 @@ class SingleInstanceTask(_TaskBase):  # type: ignore[misc]
 
     def _duplicate(self, config: GuardConfig, name: str) -> Any:
         info = config.lock_manager().get(name)
-        if info is None:
-            return None
+        if info is None or free_revoked(config.lock_manager(), name, info):
+            return None  # free, or freed from a task revoked before it started: try again
         holder = info.task_id
-        running = get_current_task()
-        running_id = getattr(getattr(running, "request", None), "id", None)
+        running_id = getattr(getattr(get_current_task(), "request", None), "id", None)
         if holder is not None and holder == running_id:
             # The running task re-schedules itself: its new copy is guarded at run time.
             return _Unlocked
@@ -738,11 +744,7 @@ def _guarded_run(body: Any) -> Callable[..., Any]:
     return run
 
 
-class _UnlockedMarker:
-    pass
-
-
-_Unlocked: Any = _UnlockedMarker()
+_Unlocked: Any = object()  # _duplicate's answer: publish, without the enqueue-time lock
 
 
 def _config_of(task: Any) -> tuple[GuardConfig, KeySpec] | None:
@@ -774,7 +776,5 @@ from .lost import connect as _connect_lost  # noqa: E402
 
 _connect_lost(_config_of)
 
-# A revoked task's lock: freed when the revoke arrives, or when the task is discarded.
-from .revoke import connect as _connect_revoke  # noqa: E402
-
+# A revoked task's lock: no dedupe target once revoke() returns; freed in the worker.
 _connect_revoke()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import inspect
+import weakref
 from typing import Any, TypeVar
 
 import redis
@@ -176,16 +177,25 @@ Client = redis.Redis | redis.cluster.RedisCluster
 
 _url_clients: dict[tuple[str, bool | None], Client] = {}
 
+#: Clients made while the server could not be reached to ask whether it is a cluster
+#: node: each serves the one call that asked for it, which then fails as any call to
+#: an unreachable server does (naming its lock and the server); none is kept.
+_provisional: weakref.WeakSet[Client] = weakref.WeakSet()
+
 
 def client_for_url(url: str) -> Client:
     """Return a (process-wide, cached) client for a Redis URL: a ``RedisCluster``
     when the URL names a cluster node (``REDISLOCK_CLUSTER``, by default asked of
-    the server once)."""
+    the server once it can be reached: until then, a :func:`provisional` client)."""
     cluster = setting("REDISLOCK_CLUSTER")
     client = _url_clients.get((url, cluster))
     if client is None:
         if cluster is None:
             cluster = is_cluster_node(url)
+        if cluster is None:  # unreachable: asked again by the next call
+            unsure = redis.Redis.from_url(url)
+            _provisional.add(unsure)
+            return unsure
         try:
             made: Client = (
                 redis.cluster.RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
@@ -197,12 +207,21 @@ def client_for_url(url: str) -> Client:
     return client
 
 
-def is_cluster_node(url: str) -> bool:
-    """Whether the server at *url* runs in cluster mode (``INFO cluster``); raises
-    LockBackendError when it cannot be asked."""
+def provisional(client: Any) -> bool:
+    """Whether *client* was made while its server could not be reached (see
+    :func:`client_for_url`): the backend made of it must not be kept."""
+    return client in _provisional
+
+
+def is_cluster_node(url: str) -> bool | None:
+    """Whether the server at *url* runs in cluster mode (``INFO cluster``); None when
+    the server cannot be reached (connection refused or timed out, authentication);
+    raises LockBackendError when it answers but will not say (``INFO`` denied)."""
     probe = redis.Redis.from_url(url)
     try:
         return bool(int(probe.info("cluster").get("cluster_enabled", 0)))
+    except (redis.ConnectionError, redis.TimeoutError):
+        return None
     except redis.RedisError as exc:
         raise LockBackendError(
             f"could not ask Redis at REDISLOCK_URL whether it is a cluster node: {exc}; "

@@ -32,6 +32,7 @@ from .connection import (
     async_twin,
     is_async_client,
     is_cluster_client,
+    provisional,
     redlock_clients,
     resolve_client,
     sync_twin,
@@ -128,9 +129,11 @@ class BackendSource:
                     else:
                         client = resolve_client(self.cache_alias, self.url)
                     backend_class = ClusterBackend if is_cluster_client(client) else SingleBackend
-                    backend = self._backend = backend_class(
+                    backend = backend_class(
                         client, *self._keyspace_and_retention(), **self._backend_options()
                     )
+                    if not provisional(client):  # else made again, and asked again, next call
+                        self._backend = backend
         return backend
 
     def _redlock_masters(self) -> Sequence[str]:
@@ -147,6 +150,7 @@ class BackendSource:
         loop = asyncio.get_running_loop()
         backend = self._async.get(loop)
         if backend is None:
+            keep = True
             if self._async_client is not None:
                 backend = _async_class(self._async_client)(
                     self._async_client,
@@ -163,6 +167,8 @@ class BackendSource:
                 )
                 _close_with_loop(loop, backend)
             else:
+                # Made of a provisional client (the server was not reached): this call's only.
+                keep = not provisional(sync.client)
                 twin = async_twin(sync.client)
                 backend = _async_class(twin)(
                     twin,
@@ -170,8 +176,10 @@ class BackendSource:
                     sync.retention_ms,
                     wait_timeout_ms=sync.wait_timeout_ms,
                 )
-                _close_with_loop(loop, backend)
-            self._async[loop] = backend
+                if keep:
+                    _close_with_loop(loop, backend)
+            if keep:
+                self._async[loop] = backend
         return backend
 
 

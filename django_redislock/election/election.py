@@ -139,7 +139,7 @@ class Election:
     ) -> None:
         self.name = validate_name(name)
         self.manager = manager
-        self.ttl = None if ttl is None else validate_seconds(ttl, "ttl")
+        self.ttl = None if ttl is None else validate_seconds(ttl, "ttl", "REDISLOCK_DEFAULT_TTL")
         if purpose is not None and not isinstance(purpose, str):
             raise TypeError(f"purpose must be a str, not {type(purpose).__name__}")
         self.purpose = purpose

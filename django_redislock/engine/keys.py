@@ -108,6 +108,11 @@ class KeySpace:
             holders=f"{p}:holders:{tag}",
         )
 
+    def revoked(self, task_id: str) -> str:
+        """The key of the record that the task *task_id* was revoked (a Celery task id:
+        the enqueue-time dedupe no longer answers with it; see ``celery/revoke.py``)."""
+        return f"{self.prefix}:task-revoked:{task_id}"
+
     def match_pattern(self, name_prefix: str = "") -> str:
         """A SCAN ``MATCH`` pattern for lock keys whose name starts with *name_prefix*."""
         head = _tag_part(name_prefix) if name_prefix else ""

@@ -42,16 +42,20 @@ def validate_replicas(value: object, what: str) -> int:
     return value
 
 
-def validate_seconds(value: object, what: str) -> float:
-    """Return *value* as positive finite seconds, or raise TypeError/ValueError naming *what*."""
+def validate_seconds(value: object, what: str, none: str = "") -> float:
+    """Return *value* as positive finite seconds, or raise TypeError/ValueError naming *what*;
+    *none*: what None means where the caller also takes None (said in the messages)."""
+    alternative = f" or None ({none})" if none else ""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+        raise TypeError(
+            f"{what} must be a number of seconds{alternative}, not {type(value).__name__}"
+        )
     try:
         seconds = float(value)
     except OverflowError:
         seconds = math.inf
     if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"{what} must be a positive number of seconds, got {value!r}")
+        raise ValueError(f"{what} must be a positive number of seconds{alternative}, got {value!r}")
     return seconds
 
 
@@ -59,9 +63,19 @@ def validate_wait(value: object, what: str) -> float | None:
     """A wait limit: None (no limit), 0 (one attempt, as in redis-py) or positive seconds."""
     if value is None:
         return None
-    if not isinstance(value, bool) and isinstance(value, (int, float)) and value == 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{what} must be a number of seconds (0: one attempt) or None (no limit), "
+            f"not {type(value).__name__}"
+        )
+    if value == 0:
         return 0.0
-    return validate_seconds(value, what)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(
+            f"{what} must be 0 (one attempt, no wait), a positive finite number of seconds, "
+            f"or None (wait with no limit), got {value!r}"
+        )
+    return float(value)
 
 
 #: The longest lease or wait Redis can take, in ms (a signed 64-bit PEXPIRE).

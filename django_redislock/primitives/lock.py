@@ -164,7 +164,7 @@ class Lock:
         self.deadlock_timeout = (
             None
             if deadlock_timeout is None
-            else validate_seconds(deadlock_timeout, "deadlock_timeout")
+            else validate_seconds(deadlock_timeout, "deadlock_timeout", "never look for a deadlock")
         )
         if self._shared is not None and (no_expiry or ttl is None):
             raise ValueError(

@@ -498,6 +498,34 @@ def test_validate_wait_rejects(value: Any, error: type[Exception]) -> None:
         validate_wait(value, "timeout")
 
 
+@pytest.mark.parametrize("value", [-1, -0.5, math.inf, math.nan])
+def test_a_wait_refused_says_what_is_accepted(value: Any) -> None:
+    # Issue 41, defect 7: "must be a positive number" though 0 is a valid wait.
+    with pytest.raises(ValueError) as raised:
+        validate_wait(value, "timeout")
+    assert str(raised.value) == (
+        "timeout must be 0 (one attempt, no wait), a positive finite number of seconds, "
+        f"or None (wait with no limit), got {value!r}"
+    )
+    with pytest.raises(TypeError) as typed:
+        validate_wait(str(value), "timeout")
+    assert str(typed.value) == (
+        "timeout must be a number of seconds (0: one attempt) or None (no limit), not str"
+    )
+
+
+def test_seconds_that_may_be_none_say_so() -> None:
+    with pytest.raises(ValueError) as raised:
+        validate_seconds(0, "deadlock_timeout", "never look for a deadlock")
+    assert str(raised.value) == (
+        "deadlock_timeout must be a positive number of seconds "
+        "or None (never look for a deadlock), got 0"
+    )
+    with pytest.raises(ValueError) as plain:
+        validate_seconds(-1, "ttl")
+    assert str(plain.value) == "ttl must be a positive number of seconds, got -1"
+
+
 @pytest.mark.parametrize(
     ("seconds", "ms"), [(1.0, 1000), (0.001, 1), (0.0006, 1), (2.5, 2500), (86400, 86_400_000)]
 )
