@@ -278,6 +278,10 @@ class Runner:
         token = self.lock.fencing_token
         env = {**os.environ, "REDISLOCK_NAME": self.spec.name, "REDISLOCK_TERM": str(token)}
         self.say(f"the command's watcher is pid {watcher.proc.pid} (process group {watcher.pgid})")
+        if watcher.notices() is not None or watcher.proc.returncode is not None:
+            # (The runner was held up past the deadline between the confirmation and here.)
+            self.say("the hold could no longer be confirmed in time; not starting the command")
+            return EXIT_LOST
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.spec.command, env=env, preexec_fn=_child_setup(watcher.pgid)

@@ -197,7 +197,8 @@ class Watcher:
                 os.close(self._feed)
                 self._feed = None
         try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), 2.0 if reaped else 0.1)
+            quiet = reaped and self.stopped is None  # (a stopping one is in its grace)
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), 2.0 if quiet else 0.1)
         except asyncio.TimeoutError:
             pass  # still in its grace: it ends by itself (SIGKILL of its group)
         try:
