@@ -81,6 +81,7 @@ def runners() -> Iterator[list[Runner]]:
         (["--url", "URL", "--bogus", "--", "CMD"], EXIT_USAGE, "unrecognized arguments: --bogus"),
         (["--url", "URL", "CMD"], EXIT_USAGE, "the command after it"),
         (["--url", "URL", "--ttl", "-1", "--", "CMD"], EXIT_USAGE, "--ttl must be a positive"),
+        (["--url", "URL", "--ttl", "2", "--", "CMD"], EXIT_USAGE, "--grace 1 is too long"),
         (["--url", "URL", "--limit", "two", "--", "CMD"], EXIT_USAGE, "invalid int value"),
         (["--url", "URL", "--wait", "--no-wait", "--", "CMD"], EXIT_USAGE, "not allowed with"),
         (["--", "CMD"], EXIT_USAGE, "no Redis to use"),
@@ -88,7 +89,8 @@ def runners() -> Iterator[list[Runner]]:
         (["--url", "DOWN", "--wait", "--", "CMD"], EXIT_UNAVAILABLE, "cannot reach Redis"),
     ],
     ids=["no-command", "limit-0", "unknown-option", "command-without-dashes", "bad-ttl",
-         "bad-limit", "wait-and-no-wait", "no-url", "redis-down", "redis-down-standby"],
+         "grace-too-long-for-the-lease", "bad-limit", "wait-and-no-wait", "no-url",
+         "redis-down", "redis-down-standby"],
 )  # fmt: skip
 def test_bad_input_never_starts_the_command(
     tmp_path: Path, server: RedisServer, options: list[str], status: int, message: str
@@ -303,6 +305,21 @@ def test_a_leader_whose_runner_alone_is_stopped_never_runs_beside_the_standby(
     assert "the watcher stopped" in leader.wait_line("LOST the lock")
     os.kill(standby.proc.pid, signal.SIGTERM)
     assert standby.wait() == 128 + signal.SIGTERM
+
+
+def test_a_killed_watcher_stops_the_command(
+    server: RedisServer, client: redis.Redis, name: str, runners: list[Runner]
+) -> None:
+    # Without its watcher the command could outlive a stopped runner: the runner stops it.
+    runners.append(runner := Runner.start(server.url, name, name, "--ttl", "30"))
+    events = Events(client, name)
+    term = events.wait_for("start")
+    watcher = int(runner.wait_line("watcher is pid").split("pid ")[1].split(" ")[0])
+    os.kill(watcher, signal.SIGKILL)
+    assert runner.wait(15) == EXIT_LOST
+    assert "exited: the hold can no longer be guarded" in runner.wait_line("LOST the lock")
+    events.wait_for(f"signal {int(signal.SIGTERM)}", term)
+    wait_gone(runner.child_pid, 5)
 
 
 def test_a_partitioned_leader_stops_its_command_before_a_standby_can_start(
