@@ -709,8 +709,7 @@ class Lock:
             self._send(signals.lock_backend_error, owner, operation=operation, error=error)
 
     def _renewed(self, owner: str, error: BaseException | None, sent_at: float) -> None:
-        """The watchdog's news of one renewal of *owner*'s hold, sent at *sent_at*
-        (``time.monotonic()``; *error*: it failed)."""
+        """The watchdog's news of a renewal of *owner*'s hold sent at *sent_at*; *error*: failed."""
         if signals.lock_renewed.receivers:
             self._send(signals.lock_renewed, owner, error=error, sent_at=sent_at)
 
