@@ -63,16 +63,13 @@ command's own process group stops the watcher with it, and the command too.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import asyncio
 
 #: Seconds the runner waits for the watcher to say it is ready.
 START_TIMEOUT = 10.0
@@ -127,8 +124,6 @@ class Watcher:
     async def start(cls, grace: float, ttl: float | None) -> Watcher:
         """Start a watcher for a command under a lease of *ttl* (None: no expiry) with
         *grace*; raises OSError when it cannot be started or does not answer in time."""
-        import asyncio
-
         feed_read, feed = os.pipe()
         notices, notices_write = os.pipe()
         try:
@@ -188,8 +183,6 @@ class Watcher:
     async def close(self, reaped: bool) -> None:
         """End the watcher: *reaped* (the command was reaped) lets it exit quietly;
         otherwise the end of its pipe makes it stop the command's group."""
-        import asyncio
-
         if reaped:
             self._write(b"bye\n")
         with self._feed_lock:
@@ -218,7 +211,6 @@ class Watcher:
 
 async def _read_line(fd: int) -> bytes:
     """One line from *fd* (blocking reads in a thread; the start-up handshake only)."""
-    import asyncio
 
     def read() -> bytes:
         line = b""
