@@ -52,7 +52,7 @@ def _runner(
     url: str, name: str, ttl: float, command: list[str], env: dict[str, str]
 ) -> subprocess.Popen[bytes]:  # noqa: E501
     argv = [PY, "-m", "django_redislock", "run", name, "--url", url, "--wait", "--ttl", str(ttl),
-            "--", *command]  # fmt: skip
+            "--grace", str(ttl / 4), "--", *command]  # fmt: skip
     return subprocess.Popen(
         argv, cwd=ROOT, env=env, stderr=subprocess.DEVNULL, start_new_session=True
     )

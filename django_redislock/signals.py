@@ -18,8 +18,9 @@ name) and ``owner`` (the owner token), plus:
   None), sent once per acquire call that found the lock held.
 * ``lock_renewed``: ``error`` (None: the watchdog's renewal was confirmed; else
   the exception of a renewal that failed and will be retried; a renewal that
-  finds the lock gone sends ``lock_lost`` instead). Sent from the watchdog's
-  threads.
+  finds the lock gone sends ``lock_lost`` instead) and ``sent_at`` (the
+  ``time.monotonic()`` at which the renewal was sent: a confirmed renewal's lease
+  runs at least the ttl from then). Sent from the watchdog's threads.
 * ``lock_backend_error``: ``operation`` (``"acquire"`` or ``"release"``) and
   ``error`` (the :class:`~django_redislock.exceptions.LockBackendError` about
   to be raised).
@@ -45,7 +46,7 @@ lock_lost = Signal()
 lock_contended = Signal()
 #: When an acquire returns False: ``waited`` and ``blocking``.
 lock_not_acquired = Signal()
-#: After each renewal by the watchdog (from its threads): ``error``.
+#: After each renewal by the watchdog (from its threads): ``error``, ``sent_at``.
 lock_renewed = Signal()
 #: When Redis fails an acquire or a release, before the error is raised:
 #: ``operation`` and ``error``.

@@ -3,7 +3,9 @@
 ``BEAT_TEST_REDIS`` is the test's redis-server URL without a database (with
 ``DJANGO_SETTINGS_MODULE`` set, Django is set up for django-celery-beat); the broker is
 its database 1, and the task pushes the time it ran to ``beat:ticks`` in database 0
-(and to ``beat:events``, which the test ``BLPOP``s: no polling).
+(and to ``beat:events``, which the test ``BLPOP``s: no polling). With
+``BEAT_TEST_STARTS=PREFIX``, each beat records its start there (tests/starts.py: with
+the earlier beats still running at that moment).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import time
 
 import redis
 from celery import Celery
+from celery.signals import beat_init
+
+from tests.starts import record_start
 
 if os.environ.get("DJANGO_SETTINGS_MODULE"):  # django-celery-beat's DatabaseScheduler
     import django
@@ -42,3 +47,11 @@ def tick() -> None:
     now = repr(time.time())
     _results.rpush("beat:ticks", now)
     _results.rpush("beat:events", now)
+
+
+@beat_init.connect
+def _record_start(sender: object, **kwargs: object) -> None:
+    """A beat's start, with the earlier beats still running then (``BEAT_TEST_STARTS``)."""
+    prefix = os.environ.get("BEAT_TEST_STARTS")
+    if prefix:
+        record_start(_results, prefix)

@@ -9,7 +9,8 @@ never through a test's proxy), under keys starting with *PREFIX*:
 * ``PREFIX:log`` (list): the writes the fence accepted, a term never below the highest
   term accepted before (``PREFIX:max``); a stale term's write goes to
   ``PREFIX:refused`` instead;
-* ``PREFIX:events`` (list): ``"<term> <event>"`` for the test to ``BLPOP`` (no polling).
+* ``PREFIX:events`` (list): ``"<term> <event>"`` for the test to ``BLPOP`` (no polling);
+* ``PREFIX:starts`` (tests/starts.py): its start, with the earlier children still alive.
 
 Events: ``start``, then ``tick`` every 20 ms, ``signal <N>`` for a signal received.
 *MODE*: ``run`` (tick until a signal ends it: SIGTERM/SIGINT/SIGHUP are recorded and
@@ -25,6 +26,8 @@ import sys
 import time
 
 import redis
+
+from tests.starts import record_start
 
 FENCED = """
 local term = tonumber(ARGV[1])
@@ -68,6 +71,7 @@ def main(url: str, prefix: str, mode: str) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    record_start(client, prefix)
     write("start")
     while True:
         write("tick")

@@ -15,6 +15,7 @@ from pathlib import Path
 import redis
 
 from django_redislock import LockManager
+from tests.starts import alive
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -84,11 +85,17 @@ class Runner:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        """SIGKILL what is left of the runner's process group (clean-up)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """SIGKILL what is left of the runner's process group and of its command's (the
+        watcher's group; clean-up)."""
+        groups = [self.proc.pid]
+        with self._cond:
+            groups += [int(line.split("(process group ")[1].rstrip(")")) for line in self.lines
+                       if "(process group " in line]  # fmt: skip
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.proc.wait(10)
 
 
@@ -154,15 +161,8 @@ def wait_for_standbys(manager: LockManager, name: str, count: int, timeout: floa
 
 
 def wait_gone(pid: int, timeout: float) -> None:
+    """Wait until *pid* no longer runs (a zombie counts as gone); fails after *timeout*."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        # (A zombie still answers kill 0: reaped by init soon after it died.)
-        with open(f"/proc/{pid}/stat") as stat:
-            if stat.read().split(") ", 1)[1].startswith("Z"):
-                return
+    while alive(pid):
         assert time.monotonic() < deadline, f"pid {pid} still running after {timeout} s"
         time.sleep(0.02)

@@ -25,6 +25,7 @@ from django_redislock.runner.beat import LeaderScheduler
 from django_redislock.runner.runner import EXIT_LOST
 from tests.redis_server import RedisServer
 from tests.runners import ROOT, Runner, clean_env, wait_for_standbys, wait_gone
+from tests.starts import alive, next_start, starts
 
 PY = sys.executable
 LEASE = 2.0
@@ -131,7 +132,7 @@ def test_two_beats_under_runners_send_every_tick_once(
             "--schedule", str(tmp_path / f"schedule-{number}"),
         ]  # fmt: skip
         argv = [PY, "-m", "django_redislock", "run", name, "--url", server.url, "--wait",
-                "--ttl", str(LEASE), "--", *beat]  # fmt: skip
+                "--ttl", str(LEASE), "--grace", "0.5", "--", *beat]  # fmt: skip
         runners.append(runner := Runner(argv, env))
         return runner
 
@@ -176,6 +177,58 @@ def test_two_beats_under_runners_send_every_tick_once(
         gap = _gap_around(arrived, at)
         assert gap < LEASE + 4, f"{event}: no tick for {gap:.1f} s (gaps {gaps})"
     print("tick gaps:", [round(g, 2) for g in gaps])
+
+
+def test_a_beat_whose_runner_alone_is_stopped_is_gone_before_the_standbys_starts(
+    server: RedisServer, name: str, tmp_path: Path
+) -> None:
+    # Issue 41, defect 1, for beat: SIGSTOP of the leading runner's pid alone; its beat
+    # runs on (a 60 s schedule: it sends once at its start, then nothing the term check
+    # could catch). The command's watcher must stop that beat before the lease runs out,
+    # so the standby's beat starts only once the old one is gone.
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    env = _beat_env(server, "persistent", tmp_path)
+    env.update(BEAT_TEST_STARTS=name, BEAT_TEST_INTERVAL="60")
+    runners: list[Runner] = []
+    for number in (1, 2):
+        beat = [
+            PY,
+            "-m",
+            "celery",
+            "-A",
+            "tests.beat_app",
+            "beat",
+            "-l",
+            "warning",
+            "-S",
+            SCHEDULERS["persistent"],
+            "--schedule",
+            str(tmp_path / f"s-{number}"),
+        ]
+        argv = [PY, "-m", "django_redislock", "run", name, "--url", server.url, "--wait",
+                "--ttl", str(LEASE), "--grace", "0.5", "--", *beat]  # fmt: skip
+        runners.append(Runner(argv, env))
+        if number == 1:
+            first = next_start(client, name, 60)
+            assert first == runners[0].child_pid
+    leader, standby = runners
+    try:
+        wait_for_standbys(LockManager(url=server.url), name, 1)
+        os.kill(leader.proc.pid, signal.SIGSTOP)  # the runner only, not its beat
+        try:
+            second = next_start(client, name, 60)
+            assert not alive(first), "the standby's beat started while the old one ran"
+            assert second == standby.child_pid
+        finally:
+            os.kill(leader.proc.pid, signal.SIGCONT)
+        recorded = starts(client, name)
+        assert [s.pid for s in recorded] == [first, second]
+        assert recorded[1].running == (), f"started beside {recorded[1].running}"
+        assert leader.wait(15) == EXIT_LOST
+        assert "the watcher stopped" in leader.wait_line("LOST the lock")
+    finally:
+        for runner in runners:
+            runner.kill()
 
 
 def _gap_around(arrived: list[float], at: float) -> float:

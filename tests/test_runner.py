@@ -39,6 +39,7 @@ from tests.runners import (
     wait_for_standbys,
     wait_gone,
 )
+from tests.starts import alive, next_start, starts
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.timeout(120)
@@ -80,6 +81,7 @@ def runners() -> Iterator[list[Runner]]:
         (["--url", "URL", "--bogus", "--", "CMD"], EXIT_USAGE, "unrecognized arguments: --bogus"),
         (["--url", "URL", "CMD"], EXIT_USAGE, "the command after it"),
         (["--url", "URL", "--ttl", "-1", "--", "CMD"], EXIT_USAGE, "--ttl must be a positive"),
+        (["--url", "URL", "--ttl", "2", "--", "CMD"], EXIT_USAGE, "--grace 1 is too long"),
         (["--url", "URL", "--limit", "two", "--", "CMD"], EXIT_USAGE, "invalid int value"),
         (["--url", "URL", "--wait", "--no-wait", "--", "CMD"], EXIT_USAGE, "not allowed with"),
         (["--", "CMD"], EXIT_USAGE, "no Redis to use"),
@@ -87,7 +89,8 @@ def runners() -> Iterator[list[Runner]]:
         (["--url", "DOWN", "--wait", "--", "CMD"], EXIT_UNAVAILABLE, "cannot reach Redis"),
     ],
     ids=["no-command", "limit-0", "unknown-option", "command-without-dashes", "bad-ttl",
-         "bad-limit", "wait-and-no-wait", "no-url", "redis-down", "redis-down-standby"],
+         "grace-too-long-for-the-lease", "bad-limit", "wait-and-no-wait", "no-url",
+         "redis-down", "redis-down-standby"],
 )  # fmt: skip
 def test_bad_input_never_starts_the_command(
     tmp_path: Path, server: RedisServer, options: list[str], status: int, message: str
@@ -212,9 +215,10 @@ def test_sigkill_of_the_leaders_runner_kills_its_command_and_a_standby_takes_ove
     server: RedisServer, client: redis.Redis, name: str, runners: list[Runner]
 ) -> None:
     events = Events(client, name)
-    runners.append(leader := Runner.start(server.url, name, name, "--wait", "--ttl", "2"))
+    options = ("--wait", "--ttl", "2", "--grace", "0.5")
+    runners.append(leader := Runner.start(server.url, name, name, *options))
     events.wait_for("start")
-    runners.append(standby := Runner.start(server.url, name, name, "--wait", "--ttl", "2"))
+    runners.append(standby := Runner.start(server.url, name, name, *options))
     wait_for_standbys(LockManager(url=server.url), name, 1)
     child = leader.child_pid
     killed = time.monotonic()
@@ -235,17 +239,22 @@ def test_a_leader_paused_past_its_lease_is_told_and_its_command_stopped(
 ) -> None:
     events = Events(client, name)
     manager = LockManager(url=server.url)
-    runners.append(leader := Runner.start(server.url, name, name, "--wait", "--ttl", "1.5"))
+    options = ("--wait", "--ttl", "1.5", "--grace", "0.5")
+    runners.append(leader := Runner.start(server.url, name, name, *options))
     old = events.wait_for("start")
-    runners.append(standby := Runner.start(server.url, name, name, "--wait", "--ttl", "1.5"))
+    runners.append(standby := Runner.start(server.url, name, name, *options))
     wait_for_standbys(manager, name, 1)
-    os.killpg(leader.proc.pid, signal.SIGSTOP)  # the runner and its command (a host pause)
+    # The runner's process group and its command's (the watcher's): a host pause.
+    groups = [leader.proc.pid, os.getpgid(leader.child_pid)]
+    for group in groups:
+        os.killpg(group, signal.SIGSTOP)
     try:
         new = events.wait_for("start", timeout=15)  # the standby took over meanwhile
         assert new == standby.token and new > old
         assert not Election(name, manager=manager).is_current(old), "the old term is stale"
     finally:
-        os.killpg(leader.proc.pid, signal.SIGCONT)
+        for group in groups:
+            os.killpg(group, signal.SIGCONT)
     resumed = time.monotonic()
     assert leader.wait(10) == EXIT_LOST
     assert time.monotonic() - resumed < 5
@@ -261,19 +270,70 @@ def test_a_leader_paused_past_its_lease_is_told_and_its_command_stopped(
     assert standby.wait() == 128 + signal.SIGTERM
 
 
+def test_a_leader_whose_runner_alone_is_stopped_never_runs_beside_the_standby(
+    server: RedisServer, client: redis.Redis, name: str, runners: list[Runner]
+) -> None:
+    # Issue 41, defect 1: SIGSTOP of the leading runner's pid alone (a GC pause, swap,
+    # a debugger): its command runs on and ignores SIGTERM. The command's watcher must
+    # stop it (SIGTERM, SIGKILL after the grace) before the lease runs out in Redis, so
+    # the standby's command starts only once the old one is gone.
+    events = Events(client, name)
+    options = ("--wait", "--ttl", "2", "--grace", "0.5")
+    runners.append(leader := Runner.start(server.url, name, name, *options, mode="stubborn"))
+    old = events.wait_for("start")
+    first = leader.child_pid
+    runners.append(standby := Runner.start(server.url, name, name, *options))
+    wait_for_standbys(LockManager(url=server.url), name, 1)
+    os.kill(leader.proc.pid, signal.SIGSTOP)  # the runner only, not its command
+    try:
+        assert next_start(client, name, 5) == first
+        second = next_start(client, name, 20)  # the standby's command
+        assert not alive(first), "the standby's command started while the old one ran"
+        new = events.wait_for("start", timeout=10)
+        assert new == standby.token and second == standby.child_pid
+    finally:
+        os.kill(leader.proc.pid, signal.SIGCONT)
+    # The outside record: when the second command started, no earlier one was running,
+    # and no write of the old command came after the new one's first.
+    recorded = starts(client, name)
+    assert [s.pid for s in recorded] == [first, second]
+    assert recorded[1].running == (), f"started beside {recorded[1].running}"
+    assert assert_one_at_a_time(client, name) == [old, new]
+    assert (old, f"signal {int(signal.SIGTERM)}", first) in attempts(client, name)
+    # The resumed runner finds its command stopped by the watcher and exits 79.
+    assert leader.wait(15) == EXIT_LOST
+    assert "the watcher stopped" in leader.wait_line("LOST the lock")
+    os.kill(standby.proc.pid, signal.SIGTERM)
+    assert standby.wait() == 128 + signal.SIGTERM
+
+
+def test_a_killed_watcher_stops_the_command(
+    server: RedisServer, client: redis.Redis, name: str, runners: list[Runner]
+) -> None:
+    # Without its watcher the command could outlive a stopped runner: the runner stops it.
+    runners.append(runner := Runner.start(server.url, name, name, "--ttl", "30"))
+    events = Events(client, name)
+    term = events.wait_for("start")
+    watcher = int(runner.wait_line("watcher is pid").split("pid ")[1].split(" ")[0])
+    os.kill(watcher, signal.SIGKILL)
+    assert runner.wait(15) == EXIT_LOST
+    assert "exited: the hold can no longer be guarded" in runner.wait_line("LOST the lock")
+    events.wait_for(f"signal {int(signal.SIGTERM)}", term)
+    wait_gone(runner.child_pid, 5)
+
+
 def test_a_partitioned_leader_stops_its_command_before_a_standby_can_start(
     server: RedisServer, client: redis.Redis, name: str, runners: list[Runner]
 ) -> None:
     proxy = TcpProxy(server.port)
     try:
         events = Events(client, name)
+        options = ("--wait", "--ttl", "2", "--grace", "0.5")
         runners.append(
-            leader := Runner.start(
-                proxy.url, name, name, "--wait", "--ttl", "2", child_url=server.url
-            )
+            leader := Runner.start(proxy.url, name, name, *options, child_url=server.url)
         )
         old = events.wait_for("start")
-        runners.append(standby := Runner.start(server.url, name, name, "--wait", "--ttl", "2"))
+        runners.append(standby := Runner.start(server.url, name, name, *options))
         wait_for_standbys(LockManager(url=server.url), name, 1)
         proxy.blackhole(True)  # the leader's runner cannot reach Redis; its command can
         # About one lease to find the loss, the grace to stop its command, then it exits

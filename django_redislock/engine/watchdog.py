@@ -45,7 +45,7 @@ class Renewable(Protocol):
 
     def _mark_lost(self, owner: str, reason: str) -> None: ...
 
-    def _renewed(self, owner: str, error: BaseException | None) -> None: ...
+    def _renewed(self, owner: str, error: BaseException | None, sent_at: float) -> None: ...
 
 
 class WatchEntry:
@@ -290,7 +290,7 @@ class Watchdog:
             logger.exception("redislock renewal batch failed unexpectedly")
             failure = exc
         lost: list[tuple[WatchEntry, str]] = []
-        renewed: list[tuple[WatchEntry, BaseException | None]] = []
+        renewed: list[tuple[WatchEntry, BaseException | None]] = []  # (sent at *started*)
         with self._cond:
             self._busy.discard(backend_id)
             now = time.monotonic()
@@ -319,7 +319,7 @@ class Watchdog:
             lock = entry.lock_ref()
             try:
                 if lock is not None:
-                    lock._renewed(entry.owner, error)
+                    lock._renewed(entry.owner, error, started)
             except Exception:  # a receiver's failure must not skip the losses below
                 logger.exception("redislock: a lock_renewed receiver failed")
         for entry, reason in lost:

@@ -708,10 +708,10 @@ class Lock:
         if signals.lock_backend_error.receivers:
             self._send(signals.lock_backend_error, owner, operation=operation, error=error)
 
-    def _renewed(self, owner: str, error: BaseException | None) -> None:
-        """The watchdog's news of one renewal of *owner*'s hold (*error*: it failed)."""
+    def _renewed(self, owner: str, error: BaseException | None, sent_at: float) -> None:
+        """The watchdog's news of a renewal of *owner*'s hold sent at *sent_at*; *error*: failed."""
         if signals.lock_renewed.receivers:
-            self._send(signals.lock_renewed, owner, error=error)
+            self._send(signals.lock_renewed, owner, error=error, sent_at=sent_at)
 
     def _forget(self, owner: str) -> None:
         """Drop *owner*'s local hold without telling Redis (its lease runs out)."""

@@ -7,12 +7,13 @@ Run beat under the runner on every host, with this scheduler::
 
 (``manage.py redislock run beat --wait -- celery ...`` in a Django project). Only
 the runner holding the lock ``beat`` runs beat; the others stand by. The runner
-stops its beat when the lock is lost, but a beat that was paused (a VM pause, a
-stopped container) past its lease resumes *before* its runner can stop it, with
-overdue entries to send at once. So before each send this scheduler asks Redis
-whether its term (``REDISLOCK_TERM``, from the runner) still leads
-(``Election.is_current``: one ``HGET``, one round trip per due entry); when it
-does not, nothing is sent and beat exits (``SystemExit``, which beat's loop
+stops its beat when the lock is lost, and the command's watcher (``watcher``) stops a
+beat whose runner alone is stopped before a standby's beat can start. But a beat
+paused with its runner and its watcher (a VM pause, a stopped container) past its
+lease resumes *before* they can stop it, with overdue entries to send at once. So
+before each send this scheduler asks Redis whether its term (``REDISLOCK_TERM``,
+from the runner) still leads (``Election.is_current``: one ``HGET``, one round trip
+per due entry); when it does not, nothing is sent and beat exits (``SystemExit``, which beat's loop
 treats as a shutdown). Why a per-send check and not a flag from the watchdog:
 the watchdog of the paused process resumes at the same moment as beat, so only
 Redis can say, at send time, that the term is stale.

@@ -50,7 +50,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--grace", type=float, default=1.0, metavar="S",
-        help="seconds between SIGTERM and SIGKILL when the lock is lost (default 1)",
+        help="seconds between SIGTERM and SIGKILL when the lock is lost (default 1; at "
+        "most half the lease less a tenth of it, at most 1 s less)",
     )  # fmt: skip
     parser.add_argument("--purpose", default=None, help="shown with the holder")
 

@@ -32,14 +32,18 @@ import ctypes
 import os
 import secrets
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from django_redislock.engine.identity import process_token
 from django_redislock.exceptions import LockBackendError, LockMismatch, LockNotOwned
-from django_redislock.signals import lock_lost
+from django_redislock.signals import lock_lost, lock_renewed
+
+from .watcher import Watcher, timing_problem
 
 if TYPE_CHECKING:
     from django_redislock import Lock, LockManager
@@ -97,6 +101,7 @@ class Runner:
         self._stopped: asyncio.Event | None = None
         self._lost: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._watcher: Watcher | None = None
 
     def _make_lock(self) -> Lock:
         spec = self.spec
@@ -119,17 +124,23 @@ class Runner:
 
     async def main(self) -> int:
         """Take the lock, run the command under it, and return the exit status."""
+        problem = timing_problem(self.lock.ttl_seconds, self.spec.grace)
+        if problem is not None:
+            self.say(f"{problem}; not starting the command")
+            return EXIT_USAGE
         loop = self._loop = asyncio.get_running_loop()
         self._stopped, self._lost = asyncio.Event(), asyncio.Event()
         for sig in FORWARDED:
             loop.add_signal_handler(sig, self._on_signal, sig)
         lock_lost.connect(self._on_lost, weak=False)
+        lock_renewed.connect(self._on_renewed, weak=False)
         try:
             refused = await self._acquire()
             if refused is not None:
                 return refused
             return await self._run_held()
         finally:
+            lock_renewed.disconnect(self._on_renewed)
             lock_lost.disconnect(self._on_lost)
             for sig in FORWARDED:
                 loop.remove_signal_handler(sig)
@@ -151,6 +162,25 @@ class Runner:
             return
         self._lost_reason = str(kwargs.get("reason") or "the lease was lost")
         self._loop.call_soon_threadsafe(self._lost.set)
+
+    def _on_renewed(self, sender: object, lock: object = None, **kwargs: Any) -> None:
+        # Sent from the watchdog's thread: a confirmed renewal moves the watcher's
+        # deadline on (its send time: the lease runs at least the ttl from then).
+        watcher, sent_at = self._watcher, kwargs.get("sent_at")
+        if lock is self.lock and watcher is not None and kwargs.get("error") is None:
+            if isinstance(sent_at, float):
+                watcher.confirm(sent_at)
+
+    def _on_notice(self) -> None:
+        # The watcher's notices (loop.add_reader): a stop is a loss of the hold.
+        watcher = self._watcher
+        if watcher is None or self._loop is None or self._lost is None:
+            return
+        if watcher.notices() is not None and not self._lost.is_set():
+            self._lost_reason = self._watcher_reason(watcher)
+            self._lost.set()
+        if watcher.ended:
+            self._loop.remove_reader(watcher.notices_fd)
 
     # -- phases ----------------------------------------------------------------
 
@@ -202,15 +232,64 @@ class Runner:
         return ", ".join(f"{h.host} pid {h.pid} (token {h.fencing_token})" for h in holders)
 
     async def _run_held(self) -> int:
-        token = self.lock.fencing_token
-        env = {**os.environ, "REDISLOCK_NAME": self.spec.name, "REDISLOCK_TERM": str(token)}
+        """Start the watcher, confirm the hold, run CMD in the watcher's process group."""
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.spec.command, env=env, preexec_fn=_parent_death_signal()
-            )
+            watcher = await Watcher.start(self.spec.grace, self.lock.ttl_seconds)
         except OSError as error:
             await self._release()
-            self.say(f"cannot run {self.spec.command[0]!r}: {error.strerror or error}")
+            self.say(f"not starting the command: {error}")
+            return EXIT_NOT_EXECUTABLE
+        self._watcher = watcher
+        assert self._loop is not None
+        self._loop.add_reader(watcher.notices_fd, self._on_notice)
+        reaped = False
+        try:
+            refused = await self._confirm(watcher)
+            if refused is not None:
+                reaped = True  # (no command to guard)
+                return refused
+            status = await self._run_watched(watcher)
+            reaped = True
+            return status
+        finally:
+            self._watcher = None
+            self._loop.remove_reader(watcher.notices_fd)
+            await watcher.close(reaped)
+
+    async def _confirm(self, watcher: Watcher) -> int | None:
+        """The watcher's first deadline, before CMD starts: reset the lease to its full
+        length and hand the watcher that call's send time (None: confirmed; else the
+        exit status, CMD not started)."""
+        if self.lock.ttl_seconds is None:
+            return None  # no expiry: no lease can run out
+        sent = time.monotonic()
+        try:
+            await self.lock.areacquire()
+        except LockNotOwned:
+            self.say("the lock was lost before the command started; not starting it")
+            return EXIT_LOST
+        except LockBackendError as error:
+            self.say(f"cannot reach Redis, not starting the command: {error}")
+            return EXIT_UNAVAILABLE
+        watcher.confirm(sent)
+        return None
+
+    async def _run_watched(self, watcher: Watcher) -> int:
+        token = self.lock.fencing_token
+        env = {**os.environ, "REDISLOCK_NAME": self.spec.name, "REDISLOCK_TERM": str(token)}
+        self.say(f"the command's watcher is pid {watcher.proc.pid} (process group {watcher.pgid})")
+        if watcher.notices() is not None or watcher.proc.returncode is not None:
+            # (The runner was held up past the deadline between the confirmation and here.)
+            self.say("the hold could no longer be confirmed in time; not starting the command")
+            return EXIT_LOST
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.spec.command, env=env, preexec_fn=_child_setup(watcher.pgid)
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            await self._release()
+            reason = getattr(error, "strerror", None) or error
+            self.say(f"cannot run {self.spec.command[0]!r}: {reason}")
             return EXIT_NOT_FOUND if isinstance(error, FileNotFoundError) else EXIT_NOT_EXECUTABLE
         self._proc = proc
         self.say(f"holds the lock (token {token}); started pid {proc.pid}")
@@ -219,11 +298,22 @@ class Runner:
         assert self._lost is not None
         exited = asyncio.ensure_future(proc.wait())
         lost = asyncio.ensure_future(self._lost.wait())
+        gone = asyncio.ensure_future(watcher.proc.wait())
         try:
-            await asyncio.wait({exited, lost}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({exited, lost, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             lost.cancel()
+            gone.cancel()
+        self._on_notice()  # a stop it wrote before its signals: read before CMD's status
+        if watcher.stopped is not None:
+            self._lost_reason = self._watcher_reason(watcher)
+            return await self._stop_lost(proc, exited)
         if not exited.done():
+            if not self._lost.is_set():  # the watcher exited by itself (killed?)
+                self._lost_reason = (
+                    f"the command's watcher (pid {watcher.proc.pid}) exited: the hold can "
+                    "no longer be guarded"
+                )
             return await self._stop_lost(proc, exited)
         status = _exit_status(exited.result())
         if not await self._release() and status == 0:
@@ -232,17 +322,24 @@ class Runner:
             return EXIT_LOST
         return status
 
+    @staticmethod
+    def _watcher_reason(watcher: Watcher) -> str:
+        return f"{watcher.stopped}: the watcher stopped the command's process group {watcher.pgid}"
+
     async def _stop_lost(
         self, proc: asyncio.subprocess.Process, exited: asyncio.Future[int]
     ) -> int:
-        self.say(f"LOST the lock ({self._lost_reason}); stopping pid {proc.pid} with SIGTERM")
-        _signal(proc, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.shield(exited), self.spec.grace)
-        except asyncio.TimeoutError:
-            self.say(f"pid {proc.pid} still running after {self.spec.grace:g} s: SIGKILL")
-            _signal(proc, signal.SIGKILL)
-            await exited
+        if exited.done():
+            self.say(f"LOST the lock ({self._lost_reason}); pid {proc.pid} has ended")
+        else:
+            self.say(f"LOST the lock ({self._lost_reason}); stopping pid {proc.pid} with SIGTERM")
+            _signal(proc, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(exited), self.spec.grace)
+            except asyncio.TimeoutError:
+                self.say(f"pid {proc.pid} still running after {self.spec.grace:g} s: SIGKILL")
+                _signal(proc, signal.SIGKILL)
+                await exited
         # No release: the lock is gone (its lease ran out, or is running out behind a
         # partition, or an operator released it). A release would be refused, or would
         # wait on the very partition, and keep a standby's runner waiting for nothing.
@@ -283,6 +380,19 @@ def _command_text(command: tuple[str, ...]) -> str:
     """The program's name only: its arguments may hold secrets, and the purpose is
     stored in Redis and shown in the admin."""
     return os.path.basename(command[0])[:80]
+
+
+def _child_setup(pgid: int) -> Callable[[], None]:
+    """CMD's pre-exec hook: join the watcher's process group *pgid* (so the watcher can
+    stop CMD and what it starts), and on Linux the parent-death signal."""
+    death = _parent_death_signal()
+
+    def setup() -> None:
+        os.setpgid(0, pgid)
+        if death is not None:
+            death()
+
+    return setup
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
