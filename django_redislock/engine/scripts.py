@@ -79,7 +79,8 @@ end
 -- must look at the queue ('q', see mark_queued); a reused hash keeps its 'q'.
 -- *lease*: the lease to set instead of the ttl (a hand-off's claim window): the
 -- hash's 'hand' says so until the new holder claims it (CLAIM, or a renewal), so
--- that a reader does not take the short lease for renewals that never came.
+-- that a reader does not take the short lease for renewals that never came ('' or
+-- none: not a hand-off's, or claimed).
 -- *extra*: more fence hash fields and values to write with the token (the history
 -- event and the release nonce of a hand-off), in the same HSET.
 local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued, lease, extra)
@@ -101,18 +102,20 @@ local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued
   -- hash), or marks a new one as queued behind.
   local k, v = 'rel', ''
   if queued and not overwrite then k, v = 'q', '1' end
-  redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
-             'ttl', ttl, 'op', nonce, 'meta', meta, k, v)
-  if lease then
-    redis.call('HSET', L, 'hand', lease)
-    redis.call('PEXPIRE', L, lease)
+  if lease or overwrite then
+    -- 'hand' in the same write ('': a reused hash's claim, if any, is over).
+    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
+               'ttl', ttl, 'op', nonce, 'meta', meta, k, v, 'hand', lease or '')
   else
-    if overwrite then redis.call('HDEL', L, 'hand') end  -- a reused hash's claim is over
-    if tonumber(ttl) > 0 then
-      redis.call('PEXPIRE', L, ttl)
-    elseif overwrite then
-      redis.call('PERSIST', L)
-    end
+    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
+               'ttl', ttl, 'op', nonce, 'meta', meta, k, v)
+  end
+  if lease then
+    redis.call('PEXPIRE', L, lease)
+  elseif tonumber(ttl) > 0 then
+    redis.call('PEXPIRE', L, ttl)
+  elseif overwrite then
+    redis.call('PERSIST', L)
   end
   return fence
 end
@@ -652,10 +655,10 @@ return new
 # handed the lock takes it for its whole lease (or for good, without expiry).
 # Returns 1 when claimed, 0 when not the owner's.
 CLAIM = r"""
-local h = redis.call('HMGET', KEYS[1], 'owner', 'ttl')
+local h = redis.call('HMGET', KEYS[1], 'owner', 'ttl', 'hand')
 if h[1] ~= ARGV[1] then return 0 end
 if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'owner', ARGV[1]) end
-redis.call('HDEL', KEYS[1], 'hand')
+if h[3] and h[3] ~= '' then redis.call('HDEL', KEYS[1], 'hand') end
 if h[2] == '0' then
   redis.call('PERSIST', KEYS[1])
 else
@@ -669,12 +672,12 @@ return 1
 # gives a lock without expiry (an outer hold with ttl=None) one.
 # Returns 1 when renewed (or already longer or without expiry), 0 when not owned.
 RENEW = r"""
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+local h = redis.call('HMGET', KEYS[1], 'owner', 'hand')
+if h[1] ~= ARGV[1] then return 0 end
 local p = redis.call('PTTL', KEYS[1])
-if p >= 0 and p < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('HDEL', KEYS[1], 'hand')  -- the first renewal of a hand-off claims it
-end
+if p >= 0 and p < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+-- The first renewal of a hand-off claims it.
+if h[2] and h[2] ~= '' then redis.call('HDEL', KEYS[1], 'hand') end
 return 1
 """
 
