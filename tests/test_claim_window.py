@@ -187,3 +187,35 @@ def test_an_operator_release_with_nobody_waiting_records_no_waiter(name: str) ->
 def _holder_owner(name: str) -> str | None:
     info = locks.get(name)
     return None if info is None or not info.holders else info.holders[0].owner
+
+
+def test_a_process_s_first_wait_names_its_confirmed_channel_then_dies_costing_nothing(
+    name: str, redis_client, children: list[subprocess.Popen[str]]
+) -> None:
+    """A process's first wait queues before its wake-up hub is subscribed; once it is,
+    the wait asks again and its queue entry names the channel as confirmed, so its
+    death costs the waiter behind it nothing either."""
+    holder = locks.lock(name, owner="holder", ttl=30)
+    assert holder.acquire()
+    waiters_key = locks.backend().keyspace.keys(name).waiters
+
+    def confirmed(count: int) -> bool:
+        entries = redis_client.hvals(waiters_key)
+        return len(entries) == count and all(e.split(b"|")[4][:1] == b"!" for e in entries)
+
+    doomed = _spawn("wait_for", name, "30")  # its first wait: nothing subscribed before
+    children.append(doomed)
+    _expect_line(doomed, "waiting")
+    wait_until(lambda: confirmed(1), timeout=20)
+    survivor = _spawn("wait_for", name, "30")
+    children.append(survivor)
+    _expect_line(survivor, "waiting")
+    wait_until(lambda: confirmed(2), timeout=20)
+    doomed.kill()
+    doomed.wait(10)
+    released_at = time.monotonic()
+    holder.release()
+    _expect_line(survivor, "acquired", timeout=HANDOFF_CLAIM_MS / 1000 + 10)
+    waited = time.monotonic() - released_at
+    assert waited <= 0.5, f"the dead waiter cost the live one {waited:.3f} s"
+    assert _holder_pid(name) == survivor.pid
