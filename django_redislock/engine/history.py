@@ -47,8 +47,9 @@ class HistoryEvent:
     ``holder`` held the lock for ``held`` seconds when it happened (for
     ``"expired"``: until its lease ran out); ``waiter`` had waited ``waited``
     seconds (the waiter handed the lock by a release or an operator, the one that
-    gave up, or the one that waited through an expiry). ``holder_meta`` / ``waiter_meta`` are what their
-    processes recorded (host, pid, thread, purpose, task_id, ...).
+    gave up, or the one that waited through an expiry). ``holder_meta`` /
+    ``waiter_meta`` are what their processes recorded (host, pid, thread, purpose,
+    task_id, ...).
     """
 
     event: str
