@@ -81,9 +81,30 @@ def wait_for(name: str, ttl: str) -> None:
     time.sleep(600)
 
 
+def wait_timed(kind: str, name: str, ttl: str) -> None:
+    """Wait for the mutex (*kind* ``lock``) or one-permit semaphore (``semaphore``)
+    *name*, after a first, short wait that subscribes this process's wake-up hub (as
+    a worker that waited before); report ``acquired <token> <time.monotonic()>``
+    (system-wide on Linux: the parent compares it), then hold it."""
+    from django_redislock import locks
+
+    if kind == "lock":
+        lock = locks.lock(name, ttl=float(ttl))
+    else:
+        lock = locks.semaphore(name, 1, ttl=float(ttl))
+    if lock.acquire(timeout=0.05):
+        _say("unexpected", "the lock was free")
+        return
+    _say("waiting")
+    lock.acquire()
+    _say("acquired", lock.fencing_token, repr(time.monotonic()))
+    time.sleep(600)
+
+
 if __name__ == "__main__":
     _setup()
     command, *args = sys.argv[1:]
     programs = {"count": count, "hold": hold, "hold_until_lost": hold_until_lost}
     programs["wait_for"] = wait_for
+    programs["wait_timed"] = wait_timed
     programs[command](*args)

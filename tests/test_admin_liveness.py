@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,8 +26,10 @@ import redis
 from django.test import Client
 
 from django_redislock import locks
-from tests.holding import QueuedWaiters
+from tests.holding import QueuedWaiters, wait_until
+from tests.holding import queued as queued_count
 from tests.test_admin import LIST, put_lock, rows
+from tests.test_multiprocess import _expect_line, _spawn
 
 pytestmark = pytest.mark.django_db
 
@@ -229,3 +232,38 @@ def test_detail_page_shows_each_holders_liveness_and_permit_waiters(
     finally:
         renewing.release()
         runs_out.release()
+
+
+def test_a_holder_just_handed_the_lock_is_not_overdue(
+    su: Client, redis_client: redis.Redis, name: str, waiting: QueuedWaiters
+) -> None:
+    """Right after a release hands the lock on (to a thread of this process, and to a
+    child process stopped before it could claim it), the new holder is shown as
+    handed over, not as overdue, and the "only overdue holders" filter leaves it out."""
+    holder = locks.lock(name, owner="holder", ttl=30)
+    assert holder.acquire()
+    waiting.add(locks.lock(name, owner="next", ttl=30), 30)
+    holder.release()
+    assert locks.get(name) is not None and locks.get(name).owner == "next"  # type: ignore[union-attr]
+    assert name not in rows(su.get(LIST, {"overdue": "1"}))
+    live = cell(su.get(LIST).content.decode(), name, "renewed")
+    assert "redislock-overdue" not in live and "not renewed" not in live, live
+    stopped = f"{name}:stopped"
+    other = locks.lock(stopped, owner="holder", ttl=30)
+    assert other.acquire()
+    child = _spawn("wait_for", stopped, "30")
+    try:
+        _expect_line(child, "waiting")
+        wait_until(lambda: queued_count(redis_client, stopped) == 1, timeout=20)
+        os.kill(child.pid, signal.SIGSTOP)  # alive, but cannot claim what it is handed
+        other.release()
+        info = locks.get(stopped)
+        assert info is not None and info.pid == child.pid and info.claiming, info
+        assert rows(su.get(LIST, {"overdue": "1"})) == []
+        handed = cell(su.get(LIST).content.decode(), stopped, "renewed")
+        assert "redislock-handed" in handed, handed
+        assert re.search(r">handed over \d\.\d s ago, claiming<", handed), handed
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait(10)

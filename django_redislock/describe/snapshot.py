@@ -21,12 +21,13 @@ from ..engine.info import HolderInfo, LockInfo, WaiterInfo
 from ..primitives.manager import LockManager
 
 #: :attr:`Liveness.state` values.
-RENEWED, OVERDUE, RUNS_OUT, NO_EXPIRY, UNKNOWN = (
+RENEWED, OVERDUE, RUNS_OUT, NO_EXPIRY, UNKNOWN, HANDED = (
     "renewed",
     "overdue",
     "runs-out",
     "no-expiry",
     "unknown",
+    "handed",
 )
 
 
@@ -58,7 +59,9 @@ class Liveness:
     ``state`` is :data:`RENEWED` (renewed on time), :data:`OVERDUE` (a renewing
     holder missed its renewals: stuck, dead or cut off from Redis),
     :data:`RUNS_OUT` (a lease meant to run out, ``auto_renew=False``),
-    :data:`NO_EXPIRY` or :data:`UNKNOWN` (no lease recorded, e.g. another tool's key).
+    :data:`NO_EXPIRY` or :data:`UNKNOWN` (no lease recorded, e.g. another tool's key),
+    :data:`HANDED` (a release handed it the lock that long ago, and it has not
+    claimed it yet: see :attr:`~django_redislock.engine.info.HolderInfo.claiming`).
     ``renewed_ago`` is in seconds (None when there is no lease).
     """
 
@@ -73,10 +76,12 @@ class Liveness:
     @property
     def text(self) -> str:
         """``"renewed 2.0 s ago"``, ``"not renewed for 25 s"`` (overdue), ``"not renewed
-        (runs out)"``, ``"no expiry"`` or ``"unknown"``."""
+        (runs out)"``, ``"no expiry"``, ``"unknown"`` or ``"handed over 0.1 s ago,
+        claiming"``."""
         ago = seconds_text(self.renewed_ago) if self.renewed_ago is not None else "?"
         return {
             RENEWED: f"renewed {ago} ago",
+            HANDED: f"handed over {ago} ago, claiming",
             OVERDUE: f"not renewed for {ago}",
             RUNS_OUT: "not renewed (runs out)",
             NO_EXPIRY: "no expiry",
@@ -105,6 +110,9 @@ def liveness(info: LockInfo | HolderInfo) -> Liveness:
     overdue = [h.renewed_ago or 0.0 for h in holders if h.overdue]
     if overdue:
         return Liveness(OVERDUE, max(overdue))
+    claiming = [h.renewed_ago or 0.0 for h in holders if h.claiming]
+    if claiming:
+        return Liveness(HANDED, max(claiming))
     ago = info.renewed_ago
     if ago is None:
         no_expiry = info.ttl is not None and math.isinf(info.ttl)
@@ -245,6 +253,7 @@ def _held(info: LockInfo | HolderInfo) -> dict[str, Any]:
         "renewed_ago": _number(info.renewed_ago),
         "renewing": info.renewing,
         "overdue": info.overdue,
+        "claiming": info.claiming,
     }
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..exceptions import LockBackendError
 from .identity import process_token
-from .wake import EarlyGrants, WaitSlot, parse_grant
+from .wake import EarlyGrants, WaitSlot, parse_grant, queue_channel
 
 logger = logging.getLogger("django_redislock")
 
@@ -45,11 +45,14 @@ class AsyncWaiter(WaitSlot):
 class AsyncWakeHub:
     """The wake-up channel of one event loop for one ``redis.asyncio`` client."""
 
-    def __init__(self, client: Any, channel_prefix: str) -> None:
+    def __init__(self, client: Any, channel_prefix: str, on_script_server: bool = False) -> None:
         self._client = client
         #: The channel hand-offs to this hub's waiters are published on.
         self.channel = f"{channel_prefix}{process_token()}:a{next(_hub_ids)}"
         self.channel_arg = self.channel.encode()
+        #: What a wait queued while the subscription is confirmed names (see
+        #: :func:`~.wake.queue_channel`).
+        self.sure_arg = queue_channel(self.channel_arg, on_script_server)
         self._waiters: dict[str, AsyncWaiter] = {}
         #: The channel while waiters are registered, else None: a release sends it so
         #: that a hand-off (or poke) to a waiter of this hub comes back in its reply,

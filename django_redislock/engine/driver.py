@@ -204,5 +204,7 @@ def _hub_effect(hub: Any, waits: dict[str, Any], effect: Any) -> Any:
 
 
 def _hub_ready(hub: Any) -> tuple[bool, bytes]:
-    """What :data:`~.flows.HUB_READY` answers: whether *hub* is subscribed, and its channel."""
-    return hub.start(), hub.channel_arg
+    """What :data:`~.flows.HUB_READY` answers: whether *hub* is subscribed, and the
+    channel a wait queued now names (marked once the subscription is confirmed)."""
+    ready = hub.start()
+    return ready, hub.sure_arg if ready else hub.channel_arg

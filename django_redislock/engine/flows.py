@@ -311,8 +311,10 @@ def acquire(op: AcquireOp, first: First | None = None) -> Generator[Effect, Any,
     subscribed = yield Listen(op.nonce)
     if not (ready and subscribed):
         # The hub was not subscribed when we queued: a hand-off published
-        # meanwhile was missed, so ask once more after subscribing.
+        # meanwhile was missed, so ask once more after subscribing (naming the
+        # channel as a confirmed subscription's, see wake.queue_channel).
         yield SUBSCRIBE
+        ready, channel = yield HUB_READY
         attempt, failed = yield from _ask(op, op.call(channel))
     heard = op.clock()  # when Redis last answered this acquire
     while True:

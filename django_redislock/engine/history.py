@@ -11,7 +11,7 @@ taking and releasing a free lock costs nothing here:
   stuck holder, or a waiter that was handed the lock and never claimed it);
 * ``"timeout"``: a waiter gave up;
 * ``"forced"``: an operator released the lock (admin, command,
-  ``force_release``);
+  ``force_release``), naming the waiter it was handed to, if any;
 * ``"lost"``: a holder's watchdog found, at a renewal, that its hold was gone
   (its lease ran out, or an operator released it), recorded by that process.
 
@@ -46,9 +46,10 @@ class HistoryEvent:
 
     ``holder`` held the lock for ``held`` seconds when it happened (for
     ``"expired"``: until its lease ran out); ``waiter`` had waited ``waited``
-    seconds (the waiter handed the lock, the one that gave up, or the one that
-    waited through an expiry). ``holder_meta`` / ``waiter_meta`` are what their
-    processes recorded (host, pid, thread, purpose, task_id, ...).
+    seconds (the waiter handed the lock by a release or an operator, the one that
+    gave up, or the one that waited through an expiry). ``holder_meta`` /
+    ``waiter_meta`` are what their processes recorded (host, pid, thread, purpose,
+    task_id, ...).
     """
 
     event: str

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .scripts import HANDOFF_CLAIM_MS
 from .shared import MODE_NAMES
 
 
@@ -57,8 +58,10 @@ class HolderInfo(_Party):
 
     ``mode`` is ``"exclusive"`` (a mutex), ``"permit"``, ``"read"`` or ``"write"``;
     ``ttl`` is its remaining lease in seconds by Redis's clock (``math.inf``: no
-    expiry), ``lease`` the lease it asked for. The other fields are the
-    :class:`LockInfo` fields of the same names.
+    expiry), ``lease`` the lease it asked for; ``claim_window``: handed the lock by
+    a release and not yet claimed it, it is leased for that window only (seconds;
+    None once claimed). The other fields are the :class:`LockInfo` fields of the
+    same names.
     """
 
     owner: str | None
@@ -68,6 +71,18 @@ class HolderInfo(_Party):
     acquired_at: datetime | None = None
     ttl: float | None = None
     lease: float | None = None
+    claim_window: float | None = None
+
+    @property
+    def claiming(self) -> bool:
+        """Whether the holder was just handed the lock and has not claimed it yet (its
+        lease is the short claim window until then, not a renewal it missed)."""
+        return self.claim_window is not None
+
+    @property
+    def _leased(self) -> float | None:
+        """The lease Redis runs now: the claim window until claimed, else the lease."""
+        return self.claim_window if self.claim_window is not None else self.lease
 
     @property
     def renewing(self) -> bool:
@@ -78,21 +93,23 @@ class HolderInfo(_Party):
     @property
     def renewed_ago(self) -> float | None:
         """Seconds since the lease was last set to its full length (granted, renewed
-        or extended), by Redis's clock: ``lease - ttl``. None without a lease."""
-        if self.lease is None or self.ttl is None or math.isinf(self.ttl):
+        or extended), by Redis's clock: ``lease - ttl`` (while :attr:`claiming`,
+        since the hand-off: ``claim_window - ttl``). None without a lease."""
+        leased = self._leased
+        if leased is None or self.ttl is None or math.isinf(self.ttl):
             return None
-        return max(0.0, self.lease - self.ttl)
+        return max(0.0, leased - self.ttl)
 
     @property
     def overdue(self) -> bool:
         """Whether a renewing holder has missed its renewals (the watchdog renews every
         third of the lease): it is stuck or dead, or its process cannot reach Redis."""
-        ago = self.renewed_ago
+        ago, leased = self.renewed_ago, self._leased
         return (
             self.renewing
             and ago is not None
-            and self.lease is not None
-            and ago > max(self.lease / 2, self.lease / 3 + OVERDUE_SLACK)
+            and leased is not None
+            and ago > max(leased / 2, leased / 3 + OVERDUE_SLACK)
         )
 
 
@@ -140,6 +157,9 @@ class LockInfo(_Party):
     ttl: float | None = None
     #: The lease the holder asked for, in seconds (None: no expiry or unknown).
     lease: float | None = None
+    #: Handed the lock by a release and not claimed yet: the claim window it is
+    #: leased for until then, in seconds (see :attr:`HolderInfo.claiming`).
+    claim_window: float | None = None
     #: Whether fencing tokens of this lock strictly increase across holders (False
     #: on Redlock: each token comes from one master's counter and clock).
     fencing_monotonic: bool = True
@@ -204,6 +224,12 @@ class LockInfo(_Party):
         return any(h.overdue for h in self.holders)
 
     @property
+    def claiming(self) -> bool:
+        """Whether a holder was just handed the lock and has not claimed it yet (see
+        :attr:`HolderInfo.claiming`)."""
+        return any(h.claiming for h in self.holders)
+
+    @property
     def readers(self) -> tuple[HolderInfo, ...]:
         """The holders of a read-write lock's read (empty for other primitives)."""
         return tuple(h for h in self.holders if h.mode == "read")
@@ -247,6 +273,7 @@ class LockInfo(_Party):
             _text(data.get("owner")), "exclusive", _int(data.get("count")),
             _int(data.get("fence")), _int(data.get("since")), ttl, _int(data.get("ttl")),
             _text(data.get("meta")), foreign=fields is None,
+            claim_ms=_int(data.get("hand")),
         )  # fmt: skip
         return cls(name=name, key=key, **_top_fields(holder))
 
@@ -267,7 +294,7 @@ class LockInfo(_Party):
             parts = (_text(value) or "").split("|", 7)
             if len(parts) != 8:
                 continue
-            expiry = _int(parts[6])
+            expiry, since, lease_ms = _int(parts[6]), _int(parts[2]), _int(parts[3])
             left = None
             if expiry is not None and now_ms is not None:
                 if expiry <= now_ms:
@@ -279,10 +306,11 @@ class LockInfo(_Party):
                     MODE_NAMES[field_name[0]],
                     _int(parts[0]),
                     _int(parts[1]),
-                    _int(parts[2]),
+                    since,
                     left,
-                    _int(parts[3]),
+                    lease_ms,
                     parts[7],
+                    claim_ms=_shared_claim_ms(since, expiry, lease_ms),
                 )  # fmt: skip
             )
         holders.sort(key=lambda h: (h.mode != "write", h.fencing_token or 0))
@@ -301,6 +329,7 @@ class LockInfo(_Party):
 def _holder(
     owner: str | None, mode: str, count: int | None, fence: int | None, since: int | None,
     ttl: float | None, lease_ms: int | None, raw_meta: str | None, *, foreign: bool = False,
+    claim_ms: int | None = None,
 ) -> HolderInfo:  # fmt: skip
     """A holder from its stored fields; fields that do not parse are left unknown."""
     return HolderInfo(
@@ -311,8 +340,19 @@ def _holder(
         acquired_at=_from_epoch_ms(since),
         ttl=ttl,
         lease=_lease(lease_ms),
+        claim_window=_lease(claim_ms),
         **_identity(raw_meta, foreign=foreign),
     )
+
+
+def _shared_claim_ms(since: int | None, expiry: int | None, lease_ms: int | None) -> int | None:
+    """The claim window of a semaphore's or read-write lock's holder handed its place
+    and not claimed yet, else None: a hand-off's lease ends exactly the claim window
+    after its grant (by Redis's clock), where the holder asked for a longer one; its
+    claim (a renewal) moves the end."""
+    if since is None or expiry is None or lease_ms is None or lease_ms <= HANDOFF_CLAIM_MS:
+        return None
+    return HANDOFF_CLAIM_MS if expiry - since == HANDOFF_CLAIM_MS else None
 
 
 def _identity(raw_meta: str | None, *, foreign: bool = False) -> dict[str, Any]:

@@ -6,7 +6,7 @@ leadership is a mutex hold and its term is that hold's fencing token.
 
 from __future__ import annotations
 
-from .scripts import Script
+from .scripts import LISTENING_FRAGMENT, Script
 
 # Observers of an election (processes that watch who leads without campaigning) are
 # pushed the news: each wait registers "<channel> <nonce>" in the watchers hash
@@ -27,8 +27,11 @@ return {f or '', redis.call('PTTL', KEYS[1])}
 """
 
 # KEYS[1]: the watchers hash. Pokes every live registration and forgets them all
-# (an observer registers again for its next wait). Returns how many were poked.
-ANNOUNCE = r"""
+# (an observer registers again for its next wait). Returns how many were poked. A
+# registration names its channel as a queued wait does (see scripts.listening).
+ANNOUNCE = (
+    LISTENING_FRAGMENT
+    + r"""
 local all = redis.call('HGETALL', KEYS[1])
 if #all == 0 then return 0 end
 redis.call('DEL', KEYS[1])
@@ -39,13 +42,14 @@ for i = 1, #all, 2 do
   if tonumber(all[i + 1]) > now then
     local at = string.find(all[i], ' ', 1, true)
     if at then
-      redis.call('PUBLISH', string.sub(all[i], 1, at - 1), string.sub(all[i], at + 1))
+      redis.call('PUBLISH', (listening(string.sub(all[i], 1, at - 1))), string.sub(all[i], at + 1))
       n = n + 1
     end
   end
 end
 return n
 """
+)
 
 watch_script = Script("watch", WATCH)
 announce_script = Script("announce", ANNOUNCE)

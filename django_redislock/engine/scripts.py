@@ -10,7 +10,9 @@ All scripts take the same four keys (see :mod:`django_redislock.engine.keys`):
 Lock hash fields: ``owner``, ``count`` (re-entrant holds), ``fence`` (fencing
 token), ``since`` (ms since the epoch, by Redis's clock), ``ttl`` (lease in ms,
 0 = none), ``op`` (nonce of the last acquire, for idempotent retries), ``rel``
-(nonce of the last partial release), ``meta`` (JSON written by the client).
+(nonce of the last partial release), ``meta`` (JSON written by the client),
+``hand`` (while a hand-off is leased for its claim window only: that window in
+ms; the new holder's claim or first renewal clears it).
 The fence hash holds ``fence`` (the last token) and ``rel`` (nonce of the last
 full release).
 
@@ -21,7 +23,10 @@ that waiter's process channel. A waiter entry is
 ``expiry_ms|since_ms|deadline_ms|ttl_ms|channel|nonce|meta`` (since and
 deadline, by Redis's clock, are for operators: when the wait began, and when
 the waiter gives up, empty for no limit); waiters refresh it while they wait,
-and entries whose expiry passed (their process died) are skipped.
+and entries whose expiry passed (their process died) are skipped. A channel
+starting with :data:`WAKE_SURE` says the waiter's process is subscribed to it on
+this server: a hand-off whose wake-up nobody receives (that process died) passes
+to the next waiter at once.
 """
 
 from __future__ import annotations
@@ -53,6 +58,14 @@ _GRANT_FUNCTION = (
     _CLOCK
     + r"""
 
+-- The token a grant made now gets after the token *last* (see grant).
+local function next_fence(last)
+  local fence = (tonumber(last) or 0) + 1
+  local t = now_us()
+  if t > fence then fence = t end
+  return num(fence)
+end
+
 -- Make *owner* the holder, overwriting any previous holder's fields. The
 -- fencing token is the larger of the last token + 1 and the Redis clock in
 -- microseconds: tokens keep increasing when the fence hash is new (first use,
@@ -64,16 +77,16 @@ _GRANT_FUNCTION = (
 -- *last*: the fence hash's 'fence' when the caller read it already (false: none).
 -- *queued*: waiters may be queued behind this grant, so the new holder's release
 -- must look at the queue ('q', see mark_queued); a reused hash keeps its 'q'.
--- *lease*: the lease to set instead of the ttl (a hand-off's claim window).
+-- *lease*: the lease to set instead of the ttl (a hand-off's claim window): the
+-- hash's 'hand' says so until the new holder claims it (CLAIM, or a renewal), so
+-- that a reader does not take the short lease for renewals that never came ('' or
+-- none: not a hand-off's, or claimed).
 -- *extra*: more fence hash fields and values to write with the token (the history
 -- event and the release nonce of a hand-off), in the same HSET.
 local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued, lease, extra)
   if last == nil then last = redis.call('HGET', F, 'fence') end
-  local fence = (tonumber(last) or 0) + 1
-  local t = now_us()
-  if t > fence then fence = t end
-  fence = num(fence)
-  local since_ms = num(math.floor(t / 1000))
+  local fence = next_fence(last)
+  local since_ms = num(math.floor(now_us() / 1000))
   -- 'cur' (who holds it since when, and its metadata) lets a later script tell
   -- that a waited-on holder's lease ran out, and name it; a release clears it.
   -- Every field new: the hash is new, and gets its expiry.
@@ -89,8 +102,14 @@ local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued
   -- hash), or marks a new one as queued behind.
   local k, v = 'rel', ''
   if queued and not overwrite then k, v = 'q', '1' end
-  redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
-             'ttl', ttl, 'op', nonce, 'meta', meta, k, v)
+  if lease or overwrite then
+    -- 'hand' in the same write ('': a reused hash's claim, if any, is over).
+    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
+               'ttl', ttl, 'op', nonce, 'meta', meta, k, v, 'hand', lease or '')
+  else
+    redis.call('HSET', L, 'owner', owner, 'count', '1', 'fence', fence, 'since', since_ms,
+               'ttl', ttl, 'op', nonce, 'meta', meta, k, v)
+  end
   if lease then
     redis.call('PEXPIRE', L, lease)
   elseif tonumber(ttl) > 0 then
@@ -119,6 +138,17 @@ local function split(s, n)
 end
 """
 
+# A waiter entry's channel, and whether the waiter marked it as subscribed on this
+# very server (a leading WAKE_SURE), so that PUBLISH's count tells whether its
+# process still listens (see handoff; not on a cluster, whose subscribers are on
+# any node, nor while the waiter's subscription is not confirmed).
+_LISTENING = r"""
+local function listening(channel)
+  if string.byte(channel, 1) == SURE_BYTE then return string.sub(channel, 2), true end
+  return channel, false
+end
+"""
+
 _LIVE_HEAD = r"""
 -- The first waiter whose entry has not expired; dead entries are dropped.
 local function live_head()
@@ -140,7 +170,8 @@ _ENQUEUE = r"""
 -- after its expiry, since and deadline (ttl|channel|nonce|...); *wait_left* is
 -- how long the waiter still waits, in ms ('' = no limit). A waiter asking again
 -- (woken, or at its fallback poll) keeps an entry of this wait with more than
--- half its life left, and the keys live at least as long. "since" (when this
+-- half its life left and the same tail (its channel is marked once its subscription
+-- is confirmed: see listening), and the keys live at least as long. "since" (when this
 -- wait began) and the deadline are Redis's clock, for inspection only.
 local function enqueue(owner, nonce, life, tail, wait_left)
   local now = now_ms()
@@ -149,7 +180,9 @@ local function enqueue(owner, nonce, life, tail, wait_left)
   if old then
     if entry_fields(old)[4] == nonce then
       local p = split(old, 2)
-      if tonumber(p[1]) > now + life / 2 then return false end
+      if tonumber(p[1]) > now + life / 2 and string.sub(old, -#tail) == tail then
+        return false
+      end
       since = tonumber(p[2]) or now
     end
   end
@@ -254,6 +287,7 @@ _QUEUE = (
     + entry_fields_fragment(4)
     + _HISTORY
     + _HISTORY_MUTEX
+    + _LISTENING
     + _LIVE_HEAD
     + _ENQUEUE
     + r"""
@@ -269,8 +303,16 @@ _QUEUE = (
 -- *here*: the caller's own wake-up channel, when its process has waiters: a grant
 -- to a wait on it is not published but returned (the message) for the caller to
 -- deliver in-process, without a trip through Redis's pub/sub.
-local function handoff(retention, overwrite, rel, held, first, here)
+-- *forced*: an operator's release made the lock free (its history event, which
+-- then names the waiter it was handed to, or is recorded alone).
+-- A waiter whose process is subscribed on this very server marks its channel
+-- (see listening): its wake-up is published before the grant is written, and a
+-- waiter that nobody receives it for (its process died) is passed over at once,
+-- instead of costing the waiters behind it its claim window.
+local function handoff(retention, overwrite, rel, held, first, here, forced)
   local now, w, e, p = now_ms(), first or redis.call('LPOP', Q), nil, nil
+  -- The last token and the history's number, in one read (both written with the grant).
+  local f, sent = nil, false
   while w do
     e = redis.call('HGET', E, w)
     if e then
@@ -278,14 +320,20 @@ local function handoff(retention, overwrite, rel, held, first, here)
       -- Only a live entry is split: a dead one may be in an older, shorter format.
       if tonumber(string.sub(e, 1, string.find(e, '|', 1, true) - 1)) >= now then
         p = split(e, 6)  -- expiry, since, deadline, ttl, channel, nonce, meta
-        break
+        local sure
+        p[5], sure = listening(p[5])
+        if not sure or p[5] == here then break end
+        f = f or redis.call('HMGET', F, 'fence', 'hn')
+        if redis.call('PUBLISH', p[5], p[6] .. ' ' .. next_fence(f[1])) > 0 then
+          sent = true
+          break
+        end
       end
     end
     w = redis.call('LPOP', Q)
   end
   if not w then return false end
-  -- The last token and the history's number, in one read (both written with the grant).
-  local f = redis.call('HMGET', F, 'fence', 'hn')
+  f = f or redis.call('HMGET', F, 'fence', 'hn')
   local n = (tonumber(f[2]) or 0) + 1
   local extra = {}
   if rel then extra[1], extra[2] = 'rel', rel end
@@ -293,6 +341,8 @@ local function handoff(retention, overwrite, rel, held, first, here)
     -- held_by and waited_by, from the release head's read and the split entry.
     record({e = 'handoff', o = held[1], m = held[6] or '', h = now - (tonumber(held[5]) or now),
             w = w, wt = now - (tonumber(p[2]) or now), wm = p[7]}, extra, n)
+  elseif forced then
+    record(waited_by(forced, w, e), extra, n)
   else
     expired(w, e, extra, n)
   end
@@ -301,6 +351,7 @@ local function handoff(retention, overwrite, rel, held, first, here)
   local ttl, lease = tonumber(p[4]), nil
   if ttl == 0 or ttl > CLAIM_MS then lease = CLAIM_MS end
   local fence = grant(w, p[6], p[4], p[7], retention, overwrite, f[1], true, lease, extra)
+  if sent then return true end  -- published already, with this very token
   local message = p[6] .. ' ' .. fence
   if p[5] == here then return message end
   redis.call('PUBLISH', p[5], message)
@@ -332,7 +383,15 @@ ENTRY_LIFE_MS = 4000
 HANDOFF_CLAIM_MS = 2000
 #: How many events a lock's history keeps (see ``record`` in the scripts).
 HISTORY_MAX = 20
-_QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS)).replace("HISTORY_MAX", str(HISTORY_MAX))
+#: What a waiter puts before its wake-up channel in its queue entry when its
+#: subscription is confirmed on the server that runs the scripts (see handoff).
+WAKE_SURE = b"!"
+_LISTENING = _LISTENING.replace("SURE_BYTE", str(WAKE_SURE[0]))
+_QUEUE = (
+    _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
+    .replace("HISTORY_MAX", str(HISTORY_MAX))
+    .replace("SURE_BYTE", str(WAKE_SURE[0]))
+)
 
 # ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, wait_left_ms (how long a
 #       queued waiter still waits, shown to operators; '' = no limit),
@@ -385,6 +444,7 @@ _TAKEOVER = r"""
 if h[1] and h[1] == ARGV[10] then
   local c = redis.call('HINCRBY', L, 'count', 1)
   redis.call('HSET', L, 'owner', owner, 'op', nonce, 'meta', meta, 'ttl', ttl)
+  redis.call('HDEL', L, 'hand')
   -- The history names the new holder if its lease runs out (see grant's 'cur';
   -- only where the fence hash is, so none is made without its expiry).
   if redis.call('HEXISTS', F, 'cur') == 1 then
@@ -534,10 +594,19 @@ end
 local here, handed, poked = ARGV[7], nil, nil
 if ARGV[5] == 'poke' then
   redis.call('DEL', L)
-  local w, e = live_head()
-  if w then
+  -- The first live waiter is poked; one known to have died (see handoff) is dropped.
+  while true do
+    local w, e = live_head()
+    if not w then break end
     local p = entry_fields(e)
-    if p[3] == here then poked = p[4] else redis.call('PUBLISH', p[3], p[4]) end
+    local channel, sure = listening(p[3])
+    if channel == here then
+      poked = p[4]
+      break
+    end
+    if redis.call('PUBLISH', channel, p[4]) > 0 or not sure then break end
+    redis.call('LPOP', Q)
+    redis.call('HDEL', E, w)
   end
 else
   handed = handoff(retention, true, nonce, h, first, here)
@@ -577,6 +646,7 @@ if p < 0 then return -2 end
 local new = tonumber(ARGV[2])
 if ARGV[3] ~= '1' then new = p + new end
 redis.call('PEXPIRE', KEYS[1], new)
+redis.call('HDEL', KEYS[1], 'hand')  -- its holder set its lease: a hand-off is claimed
 return new
 """
 
@@ -585,9 +655,10 @@ return new
 # handed the lock takes it for its whole lease (or for good, without expiry).
 # Returns 1 when claimed, 0 when not the owner's.
 CLAIM = r"""
-local h = redis.call('HMGET', KEYS[1], 'owner', 'ttl')
+local h = redis.call('HMGET', KEYS[1], 'owner', 'ttl', 'hand')
 if h[1] ~= ARGV[1] then return 0 end
 if ARGV[2] == '1' then redis.call('HSET', KEYS[1], 'owner', ARGV[1]) end
+if h[3] and h[3] ~= '' then redis.call('HDEL', KEYS[1], 'hand') end
 if h[2] == '0' then
   redis.call('PERSIST', KEYS[1])
 else
@@ -601,9 +672,12 @@ return 1
 # gives a lock without expiry (an outer hold with ttl=None) one.
 # Returns 1 when renewed (or already longer or without expiry), 0 when not owned.
 RENEW = r"""
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+local h = redis.call('HMGET', KEYS[1], 'owner', 'hand')
+if h[1] ~= ARGV[1] then return 0 end
 local p = redis.call('PTTL', KEYS[1])
 if p >= 0 and p < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+-- The first renewal of a hand-off claims it.
+if h[2] and h[2] ~= '' then redis.call('HDEL', KEYS[1], 'hand') end
 return 1
 """
 
@@ -642,11 +716,9 @@ if want_fence ~= '' and h[2] ~= want_fence then return -1 end
 if ARGV[4] == '1' and (h[1] or h[2]) then return -1 end
 local entry = h[1] and held_by({e = 'forced'})
 redis.call('DEL', L)
-if entry then
-  redis.call('HSET', F, 'cur', '')
-  record(entry)
-end
-handoff(retention)
+if entry then redis.call('HSET', F, 'cur', '') end
+-- The event names the waiter the lock was handed to, if any.
+if not handoff(retention, false, nil, nil, nil, nil, entry) and entry then record(entry) end
 return 1
 """
 )
@@ -744,6 +816,9 @@ RELEASE_HEAD_FRAGMENT = _RELEASE_HEAD
 CLOCK_FRAGMENT = _CLOCK
 SPLIT_FRAGMENT = _SPLIT
 LIVE_HEAD_FRAGMENT = _LIVE_HEAD
+#: ``listening(channel)``: a queue entry's channel without its :data:`WAKE_SURE`
+#: mark, and whether it had it.
+LISTENING_FRAGMENT = _LISTENING
 #: ``record(entry)`` and ``waited_by(entry, w, e)``: a lock's history (needs ``F``,
 #: ``split``, ``entry_fields``, ``now_ms``; HISTORY_MAX is replaced by the user).
 HISTORY_FRAGMENT = _HISTORY.replace("HISTORY_MAX", str(HISTORY_MAX))

@@ -38,6 +38,7 @@ from .scripts import (
     ENTRY_LIFE_MS,
     HANDOFF_CLAIM_MS,
     HISTORY_FRAGMENT,
+    LISTENING_FRAGMENT,
     LIVE_HEAD_FRAGMENT,
     SPLIT_FRAGMENT,
     Script,
@@ -123,6 +124,7 @@ end
     #   -> {expiry, ttl, channel, nonce, <mode><limit>, meta}
     + entry_fields_fragment(5)
     + HISTORY_FRAGMENT
+    + LISTENING_FRAGMENT
     + LIVE_HEAD_FRAGMENT
     + ENQUEUE_FRAGMENT
     + r"""
@@ -158,10 +160,23 @@ end
 -- release returns for the caller to deliver in-process (see scripts.RELEASE).
 local here, woken = nil, {}
 
+-- Remove the holder *member*, after which the queue may take its place.
+local function drop(member)
+  redis.call('HDEL', L, member)
+  redis.call('ZREM', Z, member)
+  if string.sub(member, 1, 2) == 'w:' then redis.call('HDEL', L, 'writer') end
+end
+
+-- An operator's release: the 'forced' events of the holders it dropped, each
+-- recorded with the waiter handed its place (see handoff), the rest by settle.
+local forced = {}
+
 -- Grant every waiter at the head that may hold now, in order, and wake each.
 -- A hand-off is leased for the claim window until its waiter claims it. When
 -- the head is *me* (the caller of an acquire, with *my* nonce, ttl and meta),
--- it gets its full lease and no message; returns its token then.
+-- it gets its full lease and no message; returns its token then. A waiter that
+-- marked its channel (see scripts.handoff) and whose wake-up nobody receives
+-- (its process died) is passed over: its grant is taken back at once.
 local function handoff(retention, me, my)
   local mine
   while true do
@@ -178,13 +193,19 @@ local function handoff(retention, me, my)
     else
       if ttl > CLAIM_MS then ttl = CLAIM_MS end
       local fence = grant(mode, limit, w, p[4], p[2], p[6], ttl, retention)
-      if p[3] == here then
+      local channel, sure = listening(p[3])
+      local heard = true
+      if channel == here then
         woken[#woken + 1] = p[4] .. ' ' .. fence
       else
-        redis.call('PUBLISH', p[3], p[4] .. ' ' .. fence)
+        heard = redis.call('PUBLISH', channel, p[4] .. ' ' .. fence) > 0 or not sure
       end
-      if leaving then
+      if not heard then
+        drop(mode .. ':' .. w)
+      elseif leaving then
         record(waited_by({e = 'handoff', o = leaving.o, h = leaving.h, m = leaving.m}, w, e))
+      elseif #forced > 0 then
+        record(waited_by(table.remove(forced, 1), w, e))
       end
     end
   end
@@ -201,16 +222,10 @@ local function wait_hint()
   return -1
 end
 
--- Remove the holder *member*, after which the queue may take its place.
-local function drop(member)
-  redis.call('HDEL', L, member)
-  redis.call('ZREM', Z, member)
-  if string.sub(member, 1, 2) == 'w:' then redis.call('HDEL', L, 'writer') end
-end
-
 -- After holders left: hand their places on, and drop the keys once nobody holds.
 local function settle(retention)
   handoff(retention, nil, nil)
+  for _, entry in ipairs(forced) do record(entry) end
   if redis.call('ZCARD', Z) == 0 then redis.call('DEL', L, Z) end
 end
 """
@@ -429,7 +444,8 @@ for _, m in ipairs(members) do
     drop(m)
     dropped = dropped + 1
     local r = rec(s)
-    record({e = 'forced', o = string.sub(m, 3), h = now_ms() - tonumber(r[3]), m = r[8]})
+    forced[#forced + 1] = {e = 'forced', o = string.sub(m, 3), h = now_ms() - tonumber(r[3]),
+                           m = r[8]}
   end
 end
 if dropped == 0 then return -1 end

@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .scripts import WAKE_SURE
+
 #: Hand-offs kept for waiters that have not registered yet (oldest dropped).
 EARLY_GRANTS_KEPT = 256
 #: What :class:`EarlyGrants` keeps for a poke (fencing tokens are never 0).
@@ -125,3 +127,11 @@ class WaitSlot:
         """Wake the waiter so that it asks Redis again."""
         self.poked = True
         self.event.set()
+
+
+def queue_channel(channel_arg: bytes, on_script_server: bool) -> bytes:
+    """The channel a hub's waiters name in their queue entries once its subscription
+    is confirmed: marked with :data:`~.scripts.WAKE_SURE` where the hub subscribes on
+    the server that runs the scripts, so that a hand-off finds a dead waiter's
+    process by its wake-up reaching nobody (see ``handoff`` in :mod:`.scripts`)."""
+    return WAKE_SURE + channel_arg if on_script_server else channel_arg

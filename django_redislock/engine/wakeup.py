@@ -28,7 +28,7 @@ from typing import Any
 
 from ..exceptions import LockBackendError
 from .identity import on_fork_in_child, process_token
-from .wake import EarlyGrants, WaitSlot, parse_grant
+from .wake import EarlyGrants, WaitSlot, parse_grant, queue_channel
 
 logger = logging.getLogger("django_redislock")
 
@@ -75,11 +75,14 @@ class Waiter(WaitSlot):
 class WakeHub:
     """The wake-up channel of one process for one Redis connection pool."""
 
-    def __init__(self, client: Any, channel_prefix: str) -> None:
+    def __init__(self, client: Any, channel_prefix: str, on_script_server: bool = False) -> None:
         self._client = client
         #: The channel hand-offs to this hub's waiters are published on.
         self.channel = f"{channel_prefix}{process_token()}"
         self.channel_arg = self.channel.encode()
+        #: What a wait queued while the subscription is confirmed names (see
+        #: :func:`~.wake.queue_channel`).
+        self.sure_arg = queue_channel(self.channel_arg, on_script_server)
         self._waiters: dict[str, Waiter] = {}
         self._early = EarlyGrants()
         self._lock = threading.Lock()  # guards _waiters and _early
@@ -235,15 +238,17 @@ _hubs: dict[tuple[int, str], WakeHub] = {}
 _hubs_lock = threading.Lock()
 
 
-def hub_for(client: Any, channel_prefix: str) -> WakeHub:
-    """The process's wake-up hub for *client*'s connection pool and key prefix."""
+def hub_for(client: Any, channel_prefix: str, on_script_server: bool = False) -> WakeHub:
+    """The process's wake-up hub for *client*'s connection pool and key prefix;
+    *on_script_server*: it subscribes on the server that runs the lock scripts (not
+    a cluster's or Redlock's node picker)."""
     key = (id(getattr(client, "connection_pool", client)), channel_prefix)
     hub = _hubs.get(key)
     if hub is None:
         with _hubs_lock:
             hub = _hubs.get(key)
             if hub is None:
-                hub = _hubs[key] = WakeHub(client, channel_prefix)
+                hub = _hubs[key] = WakeHub(client, channel_prefix, on_script_server)
     return hub
 
 

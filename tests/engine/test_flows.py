@@ -26,6 +26,8 @@ OWNER = "proc:owner"
 NONCE = "proc.2a"
 NAME = "job"
 CHANNEL = b"rl:wake:proc"
+#: The channel as a hub names it once its subscription is confirmed (wake.queue_channel).
+SURE_CHANNEL = b"!" + CHANNEL
 TTL = b"30000"
 META = b'{"host": "h"}'
 RETENTION = b"86400000"
@@ -248,7 +250,9 @@ def test_hub_not_subscribed_when_queued_asks_again(ready: bool, subscribed: bool
             Step(acquire_run(CHANNEL), reply=held_reply(500)),
             Step(listen, reply=subscribed),
             Step(subscribe, reply=None),
-            Step(acquire_run(CHANNEL), reply=[b"12", b"1"]),
+            # asked again naming the channel as the confirmed subscription's
+            Step(hub_ready, reply=(True, SURE_CHANNEL)),
+            Step(acquire_run(SURE_CHANNEL), reply=[b"12", b"1"]),
         ],
     )
     assert result == Attempt(True, 12, 1, handed=True)
@@ -266,8 +270,9 @@ def test_hub_not_ready_still_held_after_subscribing_waits() -> None:
             Step(acquire_run(CHANNEL), reply=held_reply(20_000)),
             Step(listen, reply=False),
             Step(subscribe, reply=None),
+            Step(hub_ready, reply=(True, SURE_CHANNEL)),
             # the second answer's lease is the one the pause is bounded by
-            Step(acquire_run(CHANNEL), reply=held_reply(300)),
+            Step(acquire_run(SURE_CHANNEL), reply=held_reply(300)),
             Step(park(0.301), reply=5),
         ],
     )
@@ -671,6 +676,7 @@ class FakeHub:
     def __init__(self, *, ready: bool = True, fences: tuple[int | None, ...] = ()) -> None:
         self.ready = ready
         self.channel_arg = CHANNEL
+        self.sure_arg = SURE_CHANNEL
         self.fences = list(fences)
         self.registered: list[str] = []
         self.unregistered: list[str] = []
@@ -775,7 +781,8 @@ def test_driver_queued_then_handed_off(mode: str) -> None:
     backend, hub = fakes(mode, [held_reply(400)], fences=(21,))
     result = run_driver(mode, flows.acquire(make_op(blocking=True, timeout=None)), backend)
     assert result == Attempt(True, 21, 1, handed=True)
-    assert backend.calls[0].args[6] == CHANNEL  # queued on the hub's channel
+    # queued on the hub's channel, marked: its subscription is confirmed
+    assert backend.calls[0].args[6] == SURE_CHANNEL
     assert hub.registered == [NONCE]
     assert hub.waits == [(("waiter", NONCE), pytest.approx(0.401))]
     assert hub.unregistered == [NONCE]  # forgotten once the flow returned
@@ -890,7 +897,7 @@ def test_the_drivers_acquire_shortcut_leaves_replica_acknowledgements_to_the_flo
 def _listening_flow(outcome: Any, log: list[str]) -> Generator[Any, Any, Any]:
     """Registers two waits, checks the driver's answers, then returns or raises *outcome*."""
     try:
-        assert (yield HUB_READY) == (True, CHANNEL)
+        assert (yield HUB_READY) == (True, SURE_CHANNEL)
         assert (yield Listen("n1")) is True
         assert (yield Listen("n2")) is True
         assert (yield Park("n2", 0.5)) == 17

@@ -605,3 +605,46 @@ def test_lock_info_pid_true_is_not_a_pid() -> None:
     info = LockInfo.from_redis("n", "p:{n}", {b"owner": b"o", b"meta": b'{"pid": true}'}, 1000)
     assert info is not None
     assert info.pid is None
+
+
+def test_a_mutex_handed_over_and_not_claimed_is_claiming_not_overdue() -> None:
+    # Leased for the 2 s claim window, 0.3 s after the hand-off: not 28 s of missed renewals.
+    handed = info({**FIELDS_STR, "hand": "2000"}, pttl=1700)
+    assert handed.claiming and handed.claim_window == 2.0 and handed.lease == 30.0
+    assert handed.renewed_ago == pytest.approx(0.3) and not handed.overdue
+    assert handed.holders[0].claiming
+    # Past the claim window's overdue mark (max(1, 2/3 + 1) s) it is overdue after all.
+    assert info({**FIELDS_STR, "hand": "2000"}, pttl=200).overdue
+    # Claimed ('hand' cleared, or '' in a reused hash): its own lease again.
+    for claimed in ({**FIELDS_STR, "hand": ""}, FIELDS_STR):
+        got = info(claimed, pttl=1700)
+        assert not got.claiming and got.claim_window is None and got.overdue
+
+
+def _shared_record(since: int, ttl: int, expiry: int) -> str:
+    return f"1|{since * 1000}|{since}|{ttl}|op.1||{expiry}|{{}}"
+
+
+@pytest.mark.parametrize(
+    ("expiry_after", "ttl", "claiming"),
+    [(2000, 30_000, True), (30_000, 30_000, False), (2000, 2000, False), (30_500, 30_000, False)],
+    ids=["handed", "granted", "short-lease", "renewed"],
+)
+def test_a_semaphore_holder_handed_its_place_is_claiming(
+    expiry_after: int, ttl: int, claiming: bool
+) -> None:
+    # A hand-off's lease ends exactly the claim window after its grant; Redis's "now"
+    # is 'until' - PTTL (here 0.5 s after the grant).
+    now = SINCE_MS + 500
+    fields = {
+        "type": "semaphore",
+        "limit": "1",
+        "until": str(now + 10_000),
+        "s:p1": _shared_record(SINCE_MS, ttl, SINCE_MS + expiry_after),
+    }
+    got = info(fields, pttl=10_000)
+    (holder,) = got.holders
+    assert holder.claiming is claiming and got.claiming is claiming
+    assert not holder.overdue
+    if claiming:
+        assert holder.renewed_ago == pytest.approx(0.5)

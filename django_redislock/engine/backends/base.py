@@ -146,6 +146,9 @@ class AsyncBackendState(BackendState):
     on first use with :meth:`_subscriber`, and the clients :meth:`aclose` closes."""
 
     _hub: AsyncWakeHub | None = None
+    #: Whether the hub's subscriber (see :meth:`_subscriber`) is on the server that
+    #: runs the scripts (see :func:`~..wake.queue_channel`).
+    _hub_on_script_server = True
 
     def _subscriber(self) -> Any:
         """What the hub calls ``pubsub()`` on: the client, unless a backend says otherwise."""
@@ -158,7 +161,9 @@ class AsyncBackendState(BackendState):
     def hub(self) -> AsyncWakeHub:
         """The running event loop's wake-up hub for this backend."""
         if self._hub is None:
-            self._hub = AsyncWakeHub(self._subscriber(), self.keyspace.wake_prefix)
+            self._hub = AsyncWakeHub(
+                self._subscriber(), self.keyspace.wake_prefix, self._hub_on_script_server
+            )
         return self._hub
 
     def local_channel(self) -> bytes | None:

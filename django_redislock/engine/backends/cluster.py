@@ -523,6 +523,9 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
         answers = await asyncio.gather(*(read(node, indices) for node, indices in groups))
         return self._merge(len(keys), groups, list(answers), server.READS[reads])
 
+    #: The hub's node is any node, so a wake-up's count of receivers tells nothing.
+    _hub_on_script_server = False
+
     def _subscriber(self) -> Any:
         """The hub subscribes on one node at a time (see :class:`NodePicker`)."""
         return self._picker

@@ -110,7 +110,7 @@ class SingleBackend(_Single):
 
     def hub(self) -> WakeHub:
         """This process's wake-up hub for the client's connection pool."""
-        return hub_for(self.client, self.keyspace.wake_prefix)
+        return hub_for(self.client, self.keyspace.wake_prefix, on_script_server=True)
 
 
 class AsyncSingleBackend(AsyncBackendState, _Single):
