@@ -185,6 +185,22 @@ def docs(session: nox.Session) -> None:
     session.run("bash", "scripts/docs", "build")
 
 
+#: pytest-xdist workers of a tests cell (each starts its own servers; most of the suite
+#: waits on servers, child processes and leases rather than on a CPU, so 3 on 2 cores
+#: take less than half the time of one). REDISLOCK_TEST_WORKERS=0: one process.
+DEFAULT_WORKERS = "3"
+
+
+def _workers(posargs: list[str]) -> list[str]:
+    """The pytest-xdist arguments of a cell: none when the caller chose (-n, -p no:xdist)."""
+    workers = os.environ.get("REDISLOCK_TEST_WORKERS", DEFAULT_WORKERS)
+    chosen = any(arg.startswith(("-n", "--numprocesses")) or "no:xdist" in arg for arg in posargs)
+    if workers == "0" or chosen:
+        return []
+    # loadfile: a module's tests stay together, on one worker, in their order.
+    return ["-n", workers, "--dist", "loadfile"]
+
+
 @nox.session
 @nox.parametrize("python,django,deps,server", _cells())
 def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
@@ -206,6 +222,7 @@ def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
         "python",
         "-m",
         "pytest",
+        *_workers(session.posargs),
         *session.posargs,
         env={"REDISLOCK_TEST_REDIS_SERVER": binary, "REDISLOCK_TEST_REDIS_VERSION": server},
     )
