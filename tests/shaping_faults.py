@@ -102,7 +102,8 @@ def _coalesce_runs_twice() -> None:
         send = celery_task.apply_async
 
         def twice(args: Any, kwargs: Any, **options: Any) -> Any:
-            send(args, kwargs, **{**options, "task_id": uuid()})  # deliberate fault: a 2nd run
+            # deliberate fault: a 2nd run, numbered as a new call (no header carried on)
+            send(args, kwargs, **{**options, "task_id": uuid(), "headers": {}})
             return send(args, kwargs, **options)
 
         celery_task.apply_async = twice
