@@ -169,8 +169,6 @@ def test_a_killed_runs_copy_never_runs_or_pends_after_a_newer_run(
     doomed.kill()  # nothing releases the lock (5 s lease), nothing is acknowledged
     survivors = [w for w in workers if w is not doomed]
     newer = [sc.coalesced_late.delay(tag, n) for n in (1, 2, 3, 4, 150)]  # they pend
-    for r in newer:
-        assert is_skipped(r.get(timeout=RESOLVES))
     # The first pending call's sweeper comes back at the lease's end and hands 150 on.
     await_(lambda: "150" in _starts(tag), "call 150 never ran", timeout=30)
     # The broker hands call 100's message out again (visibility 12 s) while 150 runs.

@@ -111,8 +111,9 @@ def pend(
     """An execution of *task* found its key held: make its call the pending one.
 
     Returns :data:`ACQUIRED` when the lock turned out free and this execution now
-    holds it, else the coalesced call's result; the sweeper's message is sent again
-    for when the holder's lease runs out (raises Ignore).
+    holds it, else the coalesced call's result (also for a call older than one that
+    ran: it changes nothing); the sweeper stores that result and its message is sent
+    again for when the holder's lease runs out (raises Ignore).
     """
     backend = _backend(config, name)
     keys = (
@@ -180,9 +181,11 @@ def attempt_swept(lock: Lock, backend: Backend, task: Task) -> tuple[bool, Any]:
 
 def sweep(task: Task, config: GuardConfig, lock: Lock, name: str, answer: Any = ASK_AGAIN) -> Any:
     """An execution of *task* just took its key's lock: :data:`RUN` its own call, or,
-    when it is the pending call's sweeper, hand that call on; when it is a retired
-    sweeper, give the lock back and drop this copy (both raise Ignore). *answer*: the
-    question's answer when the lock's attempt carried it (:func:`attempt_swept`)."""
+    when it is the pending call's sweeper or a newer call pends, hand that call on;
+    when it is a retired sweeper or its call is older than one that ran, give the lock
+    back and drop this copy (all three store the coalesced marker and raise Ignore).
+    *answer*: the question's answer when the lock's attempt carried it
+    (:func:`attempt_swept`)."""
     task_id = task.request.id
     if task_id is None:
         return RUN
