@@ -201,11 +201,12 @@ def sweep(task: Task, config: GuardConfig, lock: Lock, name: str, answer: Any = 
         store_marker(task, marker)
         raise Ignore()
     release_task_hold(lock)
+    if verdict == "drop":
+        _drop_retired(task, name)  # a retired sweeper: its marker was stored when it pended
     if verdict == "stale":
         _log_stale(task, name)
-        store_marker(task, marker)
-        raise Ignore()
-    _drop_retired(task, name)  # a retired sweeper (its marker is stored), or no hand-on
+    store_marker(task, marker)  # (or the hand-on failed: logged, the call is lost)
+    raise Ignore()
 
 
 def _sweep_call(backend: Any, name: str, task_id: str, seq: int, owner: str) -> Call:
