@@ -347,6 +347,8 @@ class Worker:
         app_module: str = "tests.celery_app",
     ) -> None:
         self.pool = pool
+        #: The environment the worker was started with, beside this process's.
+        self.env = dict(env or {})
         #: The workers consuming the same queue, whose logs tell what happened to a
         #: message (two solo workers share one in the redelivery tests).
         self.peers: list[Worker] = [self]

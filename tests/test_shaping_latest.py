@@ -13,6 +13,8 @@ the latest call's arguments, and every call's ``AsyncResult`` resolves.
   stale first call after the due run (call 8's).
 
 What ran is read from the recorder the task bodies append to (tests/shaping_celery.py).
+The reserved-calls checker is also run against workers that number a call when they
+start it (tests/shaping_faults.py): it must fail there.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from django_redislock import locks
 from django_redislock.celery import is_skipped
 from tests import celery_app as ca
 from tests import shaping_celery as sc
+from tests import shaping_faults
 from tests.brokers import needs_prompt_redelivery
 from tests.shaping_scenarios import await_, flush_broker, logs, new_tag, records, worker_of
 
@@ -56,16 +59,18 @@ def _pool() -> Iterator[list[ca.Worker]]:
             w.stop()
 
 
-def _workers(pool: list[ca.Worker], count: int) -> list[ca.Worker]:
-    """*count* live prefetching workers (-c 1) on one broker; dead ones are replaced."""
-    pool[:] = [w for w in pool if w.process.poll() is None]
+def _workers(pool: list[ca.Worker], count: int, fault: str = "") -> list[ca.Worker]:
+    """*count* live prefetching workers (-c 1) on one broker; dead ones are replaced;
+    *fault*: with a deliberately broken guard (tests/shaping_faults.py)."""
+    env = {**PREFETCHING, shaping_faults.ENV: fault}
+    for w in [w for w in pool if w.env != env]:
+        w.stop()
+    pool[:] = [w for w in pool if w.process.poll() is None and w.env == env]
     while len(pool) > count:
         pool.pop().stop()
     while len(pool) < count:
         name = f"latest{len(pool)}x{time.monotonic_ns() % 10_000}"
-        worker = ca.Worker(
-            concurrency=1, name=name, app_module="tests.shaping_celery", env=PREFETCHING
-        )
+        worker = ca.Worker(concurrency=1, name=name, app_module="tests.shaping_celery", env=env)
         pool.append(worker)
         worker.wait_ready()
     for w in pool:
@@ -184,6 +189,16 @@ def test_a_killed_runs_copy_never_runs_or_pends_after_a_newer_run(
     runs = [(r[0], r[2]) for r in records(tag)]
     assert runs == [("start", "100"), ("start", "150"), ("end", "150")], runs
     _served_by(_resolved([old, *newer]), 150, name)
+
+
+def test_the_latest_checker_fails_when_calls_are_numbered_at_their_start(
+    _pool: list[ca.Worker],
+) -> None:
+    """The reserved-calls scenario against workers that number a call when they start
+    it (a deliberate fault, the order before the numbering): the checker fails."""
+    workers = _workers(_pool, 2, fault="calls-numbered-at-start")
+    with pytest.raises(AssertionError, match="runs|went back"):
+        check_latest_won(*burst_during_a_busy_run(workers))
 
 
 @pytest.fixture(scope="module")
