@@ -55,6 +55,10 @@ if os.environ.get("REDISLOCK_TEST_VISIBILITY"):
         "unacked_restore_throttle": 1,
     }
 
+if os.environ.get("REDISLOCK_TEST_PREFETCH"):
+    # A worker that reserves messages ahead of its runs (Celery's default is 4).
+    app.conf.worker_prefetch_multiplier = int(os.environ["REDISLOCK_TEST_PREFETCH"])
+
 if os.environ.get("REDISLOCK_TEST_SOFT_SHUTDOWN"):
     # Celery 5.5+: a cold shutdown first waits this long for running tasks, then
     # cancels them and restores their unacknowledged messages (the Kubernetes setting).
@@ -343,6 +347,8 @@ class Worker:
         app_module: str = "tests.celery_app",
     ) -> None:
         self.pool = pool
+        #: The environment the worker was started with, beside this process's.
+        self.env = dict(env or {})
         #: The workers consuming the same queue, whose logs tell what happened to a
         #: message (two solo workers share one in the redelivery tests).
         self.peers: list[Worker] = [self]

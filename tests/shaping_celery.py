@@ -31,6 +31,7 @@ __all__ = [
     "coalesced",
     "coalesced_late",
     "debounced",
+    "debounced_two",
     "cooled",
     "cooled_skip",
     "limited_callable",
@@ -189,5 +190,13 @@ def coalesced_late(self: Any, tag: str, n: int) -> int:
 @single_instance("db:{tag}", debounce=1.0)
 def debounced(self: Any, tag: str, n: int) -> int:
     """Runs once the tag was quiet for 1 s, with the last call's n."""
+    _record(tag, n, 0.0)
+    return n
+
+
+@app.task(bind=True)
+@single_instance("db2:{tag}", debounce=2.0)
+def debounced_two(self: Any, tag: str, n: int) -> int:
+    """Runs once the tag was quiet for 2 s, with the last call's n."""
     _record(tag, n, 0.0)
     return n

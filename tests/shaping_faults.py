@@ -26,6 +26,10 @@ FAULTS = {
     "cooldown-not-set": "a run's end starts no cooldown",
     "coalesce-runs-twice": "the pending call is handed on twice (two more runs)",
     "debounce-runs-every-call": "every call runs at once, none is postponed",
+    "calls-numbered-at-start": (
+        "a coalescing call's number is taken when a worker starts it, not when it was "
+        "sent (its message's number is ignored)"
+    ),
     "completion-recorded-at-start": (
         "a coalescing acks_late run is recorded as completed when it starts, so the "
         "broker's copy of a killed run is dropped"
@@ -102,7 +106,8 @@ def _coalesce_runs_twice() -> None:
         send = celery_task.apply_async
 
         def twice(args: Any, kwargs: Any, **options: Any) -> Any:
-            send(args, kwargs, **{**options, "task_id": uuid()})  # deliberate fault: a 2nd run
+            # deliberate fault: a 2nd run, numbered as a new call (no header carried on)
+            send(args, kwargs, **{**options, "task_id": uuid(), "headers": {}})
             return send(args, kwargs, **options)
 
         celery_task.apply_async = twice
@@ -137,6 +142,15 @@ def _completion_recorded_at_start() -> None:
     task.sweep = sweep
 
 
+def _calls_numbered_at_start() -> None:
+    from django_redislock.celery import coalesce, sequence
+
+    def numbered_now(task: Any, backend: Any, name: str) -> int:
+        return sequence.next_number(backend, name)  # deliberate fault: the order of starts
+
+    coalesce.seq_of = numbered_now
+
+
 _INSTALL = {
     "rate-admits-all": _rate_admits_all,
     "rate-wastes-starts": _rate_wastes_starts,
@@ -144,4 +158,5 @@ _INSTALL = {
     "coalesce-runs-twice": _coalesce_runs_twice,
     "debounce-runs-every-call": _debounce_runs_every_call,
     "completion-recorded-at-start": _completion_recorded_at_start,
+    "calls-numbered-at-start": _calls_numbered_at_start,
 }

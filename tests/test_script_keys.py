@@ -259,15 +259,17 @@ def _shaping_workload(m: LockManager) -> None:
     backend = m.backend()
     pending = shaping_key(backend, "keys:shaped", "pending")
     retired = shaping_key(backend, "keys:shaped", "retired")
+    order = shaping_key(backend, "keys:shaped", "order")
     lock_key = backend.keyspace.keys("keys:shaped").lock
     for script, keys, args in (
-        (shaping_scripts.PEND, (lock_key, pending, retired), ("{}", "t1", 60_000)),
-        (shaping_scripts.SWEEP, (pending, retired), ("t1",)),
-        (shaping_scripts.TAKE, (pending, retired), (60_000,)),
+        (shaping_scripts.NUMBER, (order,), (60_000,)),
+        (shaping_scripts.PEND, (lock_key, pending, retired, order), ("{}", "t1", 60_000, 1, "r")),
+        (shaping_scripts.SWEEP, (pending, retired, order, lock_key), ("t1", 1, "o", 1, 1)),
+        (shaping_scripts.TAKE, (pending, retired, order), (60_000, 60_000)),
         (
             shaping_scripts.DEBOUNCE,
             (shaping_key(backend, "keys:shaped", "debounce"),),
-            ("{}", "t1", 1000, "t2", 60_000),
+            ("{}", "t1", 1000, "t2", 60_000, 1),
         ),
     ):
         call_sync(Call(script, keys, args, "test", "keys:shaped"), backend)

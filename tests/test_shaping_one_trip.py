@@ -327,11 +327,14 @@ def test_a_coalescing_task_execution_asks_its_pending_slot_in_its_attempt(
 
     app.finalize()
 
-    def execute(lazy: Any, *args: Any, task_id: str | None = None) -> Any:
+    def execute(lazy: Any, *args: Any, task_id: str | None = None, seq: int = 1) -> Any:
+        """Run a message of *lazy* as a worker does; *seq*: its call's number (the
+        header its sender wrote: django_redislock.celery.sequence)."""
         task = app.tasks[lazy.name]
         tracer = build_tracer(task.name, task, app=app, eager=False, propagate=True)
         task_id = task_id or f"{task.name}-{counting_proxy.requests}"
-        return tracer(task_id, args, {}, {"id": task_id, "delivery_info": {}})
+        request = {"id": task_id, "delivery_info": {}, "redislock_seq": seq}
+        return tracer(task_id, args, {}, request)
 
     execute(warm)  # the connection is made and the scripts are loaded
     before = counting_proxy.requests
@@ -347,11 +350,11 @@ def test_a_coalescing_task_execution_asks_its_pending_slot_in_its_attempt(
     holder = counted.lock(name, owner="a dead worker's execution", ttl=30)
     assert holder.acquire()
     sweeper = f"sweeper-{name}"
-    assert execute(coalesced, 2, task_id=sweeper).info.state == states.IGNORED  # re-sent
+    assert execute(coalesced, 2, task_id=sweeper, seq=2).info.state == states.IGNORED  # re-sent
     assert counted.force_release(name)
     redis_client.script_load(TRANSFER)  # (its first use would add NOSCRIPT and a load)
     before = counting_proxy.requests
-    assert execute(coalesced, 2, task_id=sweeper).info.state == states.IGNORED
+    assert execute(coalesced, 2, task_id=sweeper, seq=2).info.state == states.IGNORED
     assert counting_proxy.requests - before == 3  # attempt + SWEEP, TAKE, the transfer
     assert ran == [1]  # the pending call was handed on, not run here
     info = counted.get(name)

@@ -12,14 +12,21 @@ is sent again (same task id, no retry counted) to come back at the due time; bac
 early (later calls moved the due time), it is sent again for the new due time.
 Once the due time has passed, the timer sends the latest call under a new task id
 and ends (``Ignore``); that execution runs under the key's lock like any other
-(if the lock is held, it is sent again for when the holder's lease ends). Calls
-that are not the timer end with ``{"redislock": "skipped", "reason":
-"debounced", ...}``. An eager call (``apply()``) runs at once: it cannot be sent
-again.
+(if the lock is held, it is sent again for when the holder's lease ends). Every call
+is numbered when it is sent (:mod:`django_redislock.celery.sequence`): a call no newer
+than the latest one changes nothing (it does not replace the arguments or postpone
+the run), and a copy of a call no newer than the one that fired last (a broker's
+second copy of the timer, back after a visibility timeout) is dropped: it never
+runs after the newer call. Each call's ``AsyncResult`` resolves at once to
+``{"redislock": "skipped", "reason": "debounced", "lock": ..., "run": <task id>}``,
+*run* the task id of the run that serves it (the timer's too: it is stored before
+its message is sent again). An eager call (``apply()``) runs at once: it cannot be
+sent again.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -33,7 +40,10 @@ from ..engine.driver import call_sync
 from ..engine.shaping_scripts import DEBOUNCE
 from ..guards.guard import GuardConfig
 from ..guards.shaping import ShapingUnsupported, shaping_key
-from .shaping import resend
+from .sequence import headers_of, seq_of
+from .shaping import decoded, resend, shaped_marker, store_marker
+
+logger = logging.getLogger("django_redislock.celery")
 
 __all__ = ["RUN", "debounce"]
 
@@ -65,27 +75,45 @@ def debounce(
         raise ShapingUnsupported(f"debounce (lock {name!r}) needs one Redis; not on Redlock")
     quiet_ms = max(1, round(float(config.debounce or 0) * 1000))
     call = _dumps({"args": list(call_args), "kwargs": kwargs})
+    seq = seq_of(task, backend, name)
     reply = call_sync(
         Call(
             DEBOUNCE,
             (shaping_key(backend, name, "debounce"),),
-            (call, request.id, quiet_ms, uuid(), _KEEP_MS),
+            (call, request.id, quiet_ms, uuid(), _KEEP_MS, seq),
             "debounce a call",
             name,
         ),
         backend,
     )
-    answer = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+    answer = decoded(reply[0])
     if answer == "run":
         return RUN
-    if answer in ("timer", "wait"):
+    if answer == "wait":
+        resend(task, int(reply[1]) / 1000)
+    if answer == "timer":
+        store_marker(task, _debounced(name, reply[2]))
         resend(task, int(reply[1]) / 1000)
     if answer == "fire":
         due = _loads(reply[1])
-        task.apply_async(due["args"], due["kwargs"], task_id=_text(reply[2]), retries=0)
+        task.apply_async(
+            due["args"],
+            due["kwargs"],
+            task_id=decoded(reply[2]),
+            retries=0,
+            headers=headers_of(int(reply[3])),
+        )
         raise Ignore()
-    return {"redislock": "skipped", "reason": "debounced", "lock": name}
+    if answer == "stale":
+        logger.info(
+            "redislock: task %s[%s] of lock %r is no newer than the debounced call that "
+            "ran already; it is dropped",
+            task.name,
+            request.id,
+            name,
+        )
+    return _debounced(name, reply[1] if len(reply) > 1 else None)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _debounced(name: str, run: Any) -> dict[str, Any]:
+    return shaped_marker("debounced", name, run)

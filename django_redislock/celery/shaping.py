@@ -37,17 +37,18 @@ import logging
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from celery import Task
+from celery import Task, states
 from celery.exceptions import Ignore
 
 from ..conf import setting
 from ..guards.guard import release_task_hold
 from ..guards.shaping import ASK_AGAIN, TASK_LIMITED_MODES, Refusal, admit
 from ..primitives.lock import Lock
+from .sequence import HEADER
 
 logger = logging.getLogger("django_redislock.celery")
 
-__all__ = ["ADMITTED", "resend", "settle_start"]
+__all__ = ["ADMITTED", "decoded", "resend", "settle_start", "shaped_marker", "store_marker"]
 
 #: :func:`settle_start`'s answer when the execution may run its body.
 ADMITTED: Any = object()
@@ -132,5 +133,36 @@ def resend(task: Task, countdown: float) -> NoReturn:
     arguments and options, the retry count unchanged: no retry), and end this copy
     (Ignore: no result stored)."""
     request = task.request
-    task.signature_from_request(request, countdown=countdown, retries=request.retries).apply_async()
+    headers = dict(request.headers or {})
+    if getattr(request, HEADER, None) is not None:  # a call's number goes with it
+        headers[HEADER] = getattr(request, HEADER)
+    options: dict[str, Any] = {"headers": headers} if headers else {}
+    task.signature_from_request(
+        request, countdown=countdown, retries=request.retries, **options
+    ).apply_async()
     raise Ignore()
+
+
+def decoded(value: Any) -> str | None:
+    """A script's text reply as str (None for nil or an empty string)."""
+    if value is None or value in (b"", ""):
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def shaped_marker(reason: str, name: str, run: Any) -> dict[str, Any]:
+    """The result of a call that another run serves (``"coalesced"``, ``"debounced"``):
+    *run* is that run's task id (``AsyncResult(marker["run"]).get()`` waits for it)."""
+    return {"redislock": "skipped", "reason": reason, "lock": name, "run": decoded(run)}
+
+
+def store_marker(task: Task, marker: dict[str, Any]) -> None:
+    """Store *marker* as the result of *task*'s execution, which ends with ``Ignore``
+    (its message is sent again, or it handed a call on): its ``AsyncResult`` resolves
+    at once, not when (or never, if) a copy of it ends."""
+    request = task.request
+    if request.id is None or request.is_eager or task.ignore_result:
+        return
+    if getattr(request, "ignore_result", False):
+        return
+    task.update_state(state=states.SUCCESS, meta=marker)

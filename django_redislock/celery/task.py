@@ -309,7 +309,7 @@ def _acquire_execution(
         if admitting is not None:
             held, carried = attempt_admitted(config, lock, admitting)
         elif sweeping is not None:
-            held, carried = attempt_swept(lock, sweeping, task_id)
+            held, carried = attempt_swept(lock, sweeping, task)
         else:
             held, carried = lock.acquire(blocking=False), ASK_AGAIN
         if held:
