@@ -80,6 +80,13 @@ def counting_proxy(redis_client: redis.Redis) -> Iterator[TcpProxy]:
 
 
 @pytest.fixture
+def proxy(counting_proxy: TcpProxy) -> TcpProxy:
+    """A TCP proxy in front of the test server, which the test sets down, blackholes,
+    slows or makes lose replies (tests/tcp_proxy.py)."""
+    return counting_proxy
+
+
+@pytest.fixture
 def counted(counting_proxy: TcpProxy) -> LockManager:
     """A manager whose every call goes through ``counting_proxy``."""
     return LockManager(url=f"{counting_proxy.url}?socket_timeout=10")

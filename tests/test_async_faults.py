@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
-from django.conf import settings
 
 from django_redislock import Lock, LockManager, LockNotOwned
 from tests.restartable import RestartableRedis
@@ -267,14 +266,6 @@ def _assert_no_lock_keys_left(manager: LockManager, observer: redis.Redis) -> No
         if not k.startswith(f"{prefix}:fence:".encode())  # fencing counters are kept on purpose
     ]
     assert left == [], f"keys left behind: {left[:10]}"
-
-
-@pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    upstream = redis.Redis.from_url(settings.REDIS_URL).connection_pool.connection_kwargs["port"]
-    proxy = TcpProxy(upstream)
-    yield proxy
-    proxy.close()
 
 
 @pytest.mark.slow

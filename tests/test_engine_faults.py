@@ -12,11 +12,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
-from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -24,14 +22,6 @@ from django_redislock import LockBackendError, LockLost, LockManager, LockNotOwn
 from django_redislock.engine.watchdog import watchdog
 from tests.redis_server import RedisServer
 from tests.tcp_proxy import TcpProxy
-
-
-@pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    upstream = redis.Redis.from_url(settings.REDIS_URL).connection_pool.connection_kwargs["port"]
-    proxy = TcpProxy(upstream)
-    yield proxy
-    proxy.close()
 
 
 @pytest.fixture

@@ -7,25 +7,15 @@ tests.tcp_proxy.TcpProxy between the client and the real server.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
-from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_redislock import LockBackendError, LockManager
 from tests.redis_server import free_port
 from tests.tcp_proxy import TcpProxy
-
-
-@pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    upstream = redis.Redis.from_url(settings.REDIS_URL).connection_pool.connection_kwargs["port"]
-    proxy = TcpProxy(upstream)
-    yield proxy
-    proxy.close()
 
 
 def _client(port: int, retries: int) -> redis.Redis:

@@ -33,7 +33,6 @@ from redis.retry import Retry
 from django_redislock import LockBackendError, LockManager
 from django_redislock.engine.backends import direct, kept
 from tests.tcp_proxy import TcpProxy
-from tests.test_faults import proxy  # noqa: F401 (a fixture: a TcpProxy before the Redis)
 
 _LEND = redis.ConnectionPool.get_connection
 _ALEND = redis.asyncio.ConnectionPool.get_connection
