@@ -27,14 +27,7 @@ from tests.tcp_proxy import TcpProxy
 
 @pytest.fixture
 def via_proxy(proxy: TcpProxy) -> LockManager:
-    client = redis.Redis(
-        host="127.0.0.1",
-        port=proxy.port,
-        socket_timeout=1,
-        socket_connect_timeout=1,
-        retry=Retry(NoBackoff(), 0),
-    )
-    return LockManager(client=client)
+    return LockManager(client=_client(proxy.port, 0, socket_timeout=1))
 
 
 @pytest.fixture
@@ -49,11 +42,12 @@ def _wait_for(condition, what: str, seconds: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-def _client(port: int, retries: int) -> redis.Redis:
+def _client(port: int, retries: int, socket_timeout: float = 2) -> redis.Redis:
+    """A client on *port* with *retries* of redis-py's own and no backoff."""
     return redis.Redis(
         host="127.0.0.1",
         port=port,
-        socket_timeout=2,
+        socket_timeout=socket_timeout,
         socket_connect_timeout=1,
         retry=Retry(NoBackoff(), retries),
     )
@@ -269,14 +263,7 @@ def test_renewal_never_gives_a_lock_without_expiry_an_expiry(
 
 def _partitionable(proxy: TcpProxy) -> LockManager:
     """A manager whose client hangs (3 s socket timeout) when the proxy blackholes it."""
-    client = redis.Redis(
-        host="127.0.0.1",
-        port=proxy.port,
-        socket_timeout=3,
-        socket_connect_timeout=1,
-        retry=Retry(NoBackoff(), 0),
-    )
-    return LockManager(client=client)
+    return LockManager(client=_client(proxy.port, 0, socket_timeout=3))
 
 
 @pytest.mark.slow
