@@ -6,14 +6,17 @@
     nox -k oldest -- tests/test_lock.py -x          # one cell, some tests (-- pytest args)
     nox -k "3.12 and 6.0"                           # cells by keyword
     nox -k valkey -- tests/test_lock.py             # the Valkey cells
-    nox -s tests                          # the whole matrix (12 cells, 6-10 min each)
+    nox -k middle                                   # the middle redis-py (7.1)
+    nox -s tests                          # the whole matrix (13 cells, 6-10 min each)
 
 A ``tests`` cell is a Python, a Django, the versions of the other dependencies
 (``newest``: the newest releases, with hiredis; ``oldest``: the lowest versions
-pyproject.toml allows, at their latest patch) and a server. The cells are every
+pyproject.toml allows, at their latest patch; ``middle``: the newest releases but a
+middle redis-py, 7.1, with hiredis) and a server. The cells are every
 supported Python x Django on the newest releases and Redis 7, the oldest cell on
-Redis 6.2, and the newest Python and Django on each other server (Redis 8.2,
-Valkey 8.1 and 9.1). CI runs two: the oldest, and the newest on Valkey 8.1. Each
+Redis 6.2, the middle cell (Python 3.12, Django 6.0, Redis 7), and the newest Python
+and Django on each other server (Redis 8.2, Valkey 8.1 and 9.1). CI runs two: the
+oldest, and the newest on Valkey 8.1. Each
 cell has its own virtualenv under ``.nox/`` and runs pytest against servers the
 suite starts itself from the cell's ``redis-server``:
 
@@ -56,6 +59,12 @@ OLDEST = [
     "kombu~=5.3.0",
     "django-redis~=5.4.0",
 ]
+
+#: The middle cell's redis-py: a 7.x between OLDEST's 5.0 and the newest (8.x), the
+#: last before redis-py's own connection metrics (7.2); the other dependencies are the
+#: newest releases (kombu 5.7 takes redis-py 6.4 to 8.x).
+MIDDLE = ["redis~=7.1.0"]
+MIDDLE_CELL = ("3.12", "6.0", "middle", "7")
 
 #: The server every Python x Django cell runs on (the system's redis-server), and the
 #: others, each run by a cell on the newest Python and Django.
@@ -111,8 +120,8 @@ def _dev_requirement(name: str) -> str:
 
 
 def _cells() -> list[nox.param]:
-    """The oldest cell, every Python x Django on the newest releases and Redis 7, and the
-    newest Python and Django on each other server."""
+    """The oldest cell, every Python x Django on the newest releases and Redis 7, the
+    middle redis-py's cell, and the newest Python and Django on each other server."""
     cells = [("3.10", DJANGOS[0], "oldest", "6.2")]
     cells += [
         (python, django, "newest", DEFAULT_SERVER)
@@ -120,6 +129,7 @@ def _cells() -> list[nox.param]:
         for django in DJANGOS
         if (python, django) not in UNSUPPORTED
     ]
+    cells.append(MIDDLE_CELL)
     cells += [(PYTHONS[-1], DJANGOS[-1], "newest", server) for server in OTHER_SERVERS]
     return [
         nox.param(
@@ -215,8 +225,11 @@ def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
     if deps == "oldest":
         session.install("-e", ".", *_groups("test"), f"Django~={django}.0", *OLDEST, *workers)
     else:
-        # The newest cells also install the hiredis extra (redis-py's C parser).
-        session.install("-e", ".[hiredis]", *_groups("test"), f"Django~={django}.0", *workers)
+        # The newest and middle cells also install the hiredis extra (redis-py's C parser).
+        middle = MIDDLE if deps == "middle" else []
+        session.install(
+            "-e", ".[hiredis]", *_groups("test"), f"Django~={django}.0", *middle, *workers
+        )
     binary = _redis_server(session, server)
     session.run(
         "python",

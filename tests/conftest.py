@@ -10,6 +10,7 @@ import redis
 from django.conf import settings
 
 from django_redislock import LockManager
+from django_redislock.engine.watchdog import watchdog
 from tests.postgres_server import PostgresServer, postgres_binaries
 from tests.redis_server import RedisServer, redis_server_binary, server_version
 from tests.tcp_proxy import TcpProxy
@@ -30,6 +31,23 @@ def redis_client() -> redis.Redis:
 def _clean_redis(redis_client: redis.Redis) -> Iterator[None]:
     redis_client.flushdb()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _forget_left_holds() -> Iterator[None]:
+    """Stop renewing the holds a test left behind, so that none outlives it in the
+    process's watchdog.
+
+    A Lock still held when its test ended (kept alive by a reference cycle until
+    the garbage collector runs, by a thread, or on purpose), on a Redis the test
+    has stopped, is retried by the process-wide watchdog until its lease is over
+    (29 s of the default 30 s) -- into later tests, which then see the watchdog
+    busy (tests/test_watchdog.py). Forgotten here, its lease runs out in Redis."""
+    before = set(watchdog.entries())
+    yield
+    for entry in watchdog.entries():
+        if entry not in before:
+            watchdog.unwatch(entry)
 
 
 @pytest.fixture(params=["default", "djredis"], ids=["django-cache", "django-redis"])
@@ -77,6 +95,13 @@ def counting_proxy(redis_client: redis.Redis) -> Iterator[TcpProxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+@pytest.fixture
+def proxy(counting_proxy: TcpProxy) -> TcpProxy:
+    """A TCP proxy in front of the test server, which the test sets down, blackholes,
+    slows or makes lose replies (tests/tcp_proxy.py)."""
+    return counting_proxy
 
 
 @pytest.fixture

@@ -19,25 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Coroutine, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import redis
-from django.conf import settings
 
 from django_redislock import Lock, LockManager, LockNotOwned
-from django_redislock.testing import answers_ping
-from example_project.embedded_redis import free_port, redis_server_binary
+from tests.restartable import RestartableRedis
 from tests.tcp_proxy import TcpProxy
 
 T = TypeVar("T")
@@ -275,14 +268,6 @@ def _assert_no_lock_keys_left(manager: LockManager, observer: redis.Redis) -> No
     assert left == [], f"keys left behind: {left[:10]}"
 
 
-@pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    upstream = redis.Redis.from_url(settings.REDIS_URL).connection_pool.connection_kwargs["port"]
-    proxy = TcpProxy(upstream)
-    yield proxy
-    proxy.close()
-
-
 @pytest.mark.slow
 def test_cancelled_calls_never_orphan_a_lock(name: str, redis_client: redis.Redis) -> None:
     manager = LockManager("default")
@@ -388,62 +373,9 @@ def test_a_cancelled_waiting_aacquire_ends_at_once(
 # -- Redis restarts --------------------------------------------------------------------
 
 
-class _RestartableRedis:
-    """A redis-server on a fixed port of 127.0.0.1 that can be SIGKILLed and started again.
-
-    With *persistent*, every write is fsynced to an AOF before it is answered, so
-    a SIGKILLed server comes back with all its data (the locks and their queues).
-    """
-
-    def __init__(self, persistent: bool) -> None:
-        self.persistent = persistent
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="redislock-restart-")
-        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if persistent else [
-            "--appendonly", "no"
-        ]  # fmt: skip
-        self.args = [
-            redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-            "--save", "", "--dir", self.dir, "--logfile", str(Path(self.dir) / "redis.log"),
-            *persistence,
-        ]  # fmt: skip
-        self.process: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 10
-        while not answers_ping(self.port):
-            assert self.process.poll() is None, "redis-server exited"
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.005)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(5)
-
-    def restart(self) -> float:
-        """SIGKILL the server and start it on the same port; when it answered again."""
-        self.kill()
-        self.start()
-        return time.monotonic()
-
-    def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture
-def restartable(request: pytest.FixtureRequest) -> Iterator[_RestartableRedis]:
-    server = _RestartableRedis(persistent=request.param)
+def restartable(request: pytest.FixtureRequest) -> Iterator[RestartableRedis]:
+    server = RestartableRedis(persistent=request.param)
     yield server
     server.close()
 
@@ -493,7 +425,7 @@ FALLBACK_POLL = 1.0
     "restartable", [False, True], ids=["data-lost", "data-kept"], indirect=True
 )
 def test_twenty_waiting_tasks_are_served_after_a_restart(
-    restartable: _RestartableRedis, name: str
+    restartable: RestartableRedis, name: str
 ) -> None:
     server = restartable
     manager = LockManager(url=server.url)
@@ -553,7 +485,7 @@ def test_twenty_waiting_tasks_are_served_after_a_restart(
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 @pytest.mark.parametrize("restartable", [True], ids=["data-kept"], indirect=True)
 def test_handoff_published_while_resubscribing_wakes_the_waiter_promptly(
-    restartable: _RestartableRedis, name: str, flavour: str
+    restartable: RestartableRedis, name: str, flavour: str
 ) -> None:
     """The holder releases right after a restart, before the waiter's subscription is
     back: the hand-off's publish reaches nobody. redis-py 8 re-subscribes silently,

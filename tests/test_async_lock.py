@@ -202,9 +202,12 @@ def test_explicit_owner_is_shared_by_tasks(manager: LockManager, name: str) -> N
 
 def test_async_with_holds_releases_and_refuses(manager: LockManager, name: str) -> None:
     async def main() -> None:
-        async with manager.lock(name) as held:
+        lock = manager.lock(name)
+        async with lock as held:
+            assert held is lock
             assert await held.aowned()
             assert held.fencing_token is not None
+            assert 29 < await held.attl() <= 30  # the default lease
         assert held.fencing_token is None
         assert await manager.aget(name) is None
         holder = manager.lock(name, owner="someone-else")
@@ -228,6 +231,9 @@ def test_async_with_raises_lock_lost_but_never_masks_the_body_error(
     async def main() -> None:
         with pytest.raises(LockLost):
             async with manager.lock(name, auto_renew=False, raise_on_lost=True):
+                assert await manager.aforce_release(name)
+        with pytest.raises(LockLost):  # by default too, and renewed
+            async with manager.lock(name):
                 assert await manager.aforce_release(name)
         async with manager.lock(name, raise_on_lost=False) as held:
             assert await manager.aforce_release(name)
@@ -392,6 +398,9 @@ def test_manager_twins(manager: LockManager, name: str, redis_client: redis.Redi
         for lock in held:
             assert await lock.aacquire(blocking=False)
         assert await manager.aget(f"{name}:missing") is None
+        # aget_many leaves out the names nobody holds and keeps the order asked for.
+        many = await manager.aget_many([names[1], f"{name}:missing", names[0]])
+        assert [info.name for info in many] == [names[1], names[0]]
         listed = sorted([info.name async for info in manager.aactive(f"{name}:")])
         assert listed == [f"{name}:a", f"{name}:b"]
         assert sorted([i.name async for i in manager.aactive(name)]) == sorted(names)

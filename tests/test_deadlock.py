@@ -185,7 +185,9 @@ def test_redlock_refuses_deadlock_detection(name: str) -> None:
         m = LockManager(redlock_caches=[f"{s.url}?socket_timeout=5" for s in servers])
         with pytest.raises(LockError, match="deadlock_timeout needs one Redis or a Redis Cluster"):
             m.lock(name, deadlock_timeout=1).acquire(timeout=1)
-        assert m.lock(name, deadlock_timeout=1).acquire(blocking=False)  # no wait: no look
+        held = m.lock(name, deadlock_timeout=1)
+        assert held.acquire(blocking=False)  # no wait: no look
+        held.release()
     finally:
         for server in servers:
             server.stop()

@@ -35,7 +35,6 @@ from redis.retry import Retry
 from django_redislock import LockManager
 from django_redislock.engine.backends import direct
 from tests.tcp_proxy import TcpProxy
-from tests.test_faults import proxy  # noqa: F401 (a fixture: a TcpProxy before the Redis)
 
 _EXECUTE = redis.Redis.execute_command.__code__
 _AEXECUTE = redis.asyncio.Redis.execute_command.__code__

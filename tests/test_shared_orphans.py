@@ -8,37 +8,42 @@ as held (a write refused as an upgrade, a lock left held after the next block).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import redis
 
 from django_redislock import LockBackendError, LockManager
-from tests import test_aio_faults
-from tests.test_aio_faults import Restartable
+from tests.restartable import RestartableRedis
 
 pytestmark = pytest.mark.slow
 
-#: The fixture: a redis-server whose every write is in its append-only file before
-#: it answers, SIGKILLed and started again by the tests.
-server = test_aio_faults.aof_server
+
+@pytest.fixture
+def server() -> Iterator[RestartableRedis]:
+    """A redis-server whose every write is in its append-only file before it
+    answers, SIGKILLed and started again by the tests."""
+    server = RestartableRedis(persistent=True)
+    yield server
+    server.close()
 
 
 @pytest.fixture
-def manager(server: Restartable) -> LockManager:
+def manager(server: RestartableRedis) -> LockManager:
     return LockManager(client=redis.Redis.from_url(server.url))
 
 
-def _release_fails_while_down(server: Restartable, lock: object) -> None:
+def _release_fails_while_down(server: RestartableRedis, lock: object) -> None:
     """Leave a ``with`` block of *lock* while its server is down: the release fails;
     the server then comes back with the hold still in its append-only file."""
     with pytest.raises(LockBackendError):
         with lock:  # type: ignore[attr-defined]
-            server.server.process.kill()
-            server.server.process.wait(5)
-    server.restart()
+            server.kill()
+    server.start()
 
 
 def test_a_write_after_a_read_whose_release_failed_is_no_upgrade(
-    server: Restartable, manager: LockManager, name: str
+    server: RestartableRedis, manager: LockManager, name: str
 ) -> None:
     rw = manager.rw_lock(name, ttl=30)
     _release_fails_while_down(server, rw.read())
@@ -51,7 +56,7 @@ def test_a_write_after_a_read_whose_release_failed_is_no_upgrade(
 
 
 def test_a_read_after_a_write_whose_release_failed_leaves_nothing_held(
-    server: Restartable, manager: LockManager, name: str
+    server: RestartableRedis, manager: LockManager, name: str
 ) -> None:
     rw = manager.rw_lock(name, ttl=30)
     _release_fails_while_down(server, rw.write())
@@ -61,7 +66,7 @@ def test_a_read_after_a_write_whose_release_failed_leaves_nothing_held(
 
 
 def test_a_permit_whose_release_failed_is_adopted_and_freed(
-    server: Restartable, manager: LockManager, name: str
+    server: RestartableRedis, manager: LockManager, name: str
 ) -> None:
     permits = manager.semaphore(name, 2, ttl=30)
     _release_fails_while_down(server, permits)

@@ -15,6 +15,7 @@ import pytest
 
 from django_redislock import LockLost, LockManager, signals
 from django_redislock.engine.watchdog import watchdog
+from tests.redis_server import RedisServer
 
 
 def _wait_until(predicate, timeout: float, what: str) -> None:
@@ -76,7 +77,7 @@ def test_renewal_that_finds_lock_gone_marks_it_lost(manager: LockManager, name: 
 def _watching(name: str) -> bool:
     """Whether the watchdog renews a hold of the lock *name* (other tests' holds, in
     this process, may be renewed meanwhile: the count of all of them says nothing)."""
-    return any(entry.name == name for entry in list(watchdog._entries.values()))
+    return any(entry.name == name for entry in watchdog.entries())
 
 
 def test_garbage_collected_lock_is_no_longer_renewed(manager: LockManager, name: str) -> None:
@@ -112,6 +113,30 @@ def test_a_lock_dropped_while_held_is_freed_at_once(
         gc.enable()
     _wait_until(lambda: not _watching(name), 5, "the orphaned entry to be dropped")
     _wait_until(lambda: manager.get(name) is None, 5, "the orphaned lease to expire")
+
+
+@pytest.mark.parametrize("fault", ["noscript", "a-master-down"])
+def test_a_redlock_lock_dropped_while_held_is_freed_at_once(
+    masters: list[RedisServer], name: str, fault: str
+) -> None:
+    """The same on Redlock: neither the error reply (NOSCRIPT) of masters that have
+    not seen the script, nor the connection error of a master that is down, may keep
+    the frames of the call -- and the Lock in them -- alive through its traceback."""
+    manager = LockManager(redlock_caches=[f"{s.url}?socket_timeout=5" for s in masters])
+    if fault == "a-master-down":
+        with manager.lock(f"{name}:warm"):  # the scripts loaded, the connections made
+            pass
+        masters[2].stop()
+    gc.disable()
+    try:
+        lock = manager.lock(name, ttl=0.3)
+        assert lock.acquire(blocking=False)  # a quorum: two masters of three
+        collected = weakref.ref(lock)
+        del lock
+        assert collected() is None, "the dropped Lock is kept alive (and renewed)"
+    finally:
+        gc.enable()
+    _wait_until(lambda: not _watching(name), 5, "the orphaned entry to be dropped")
 
 
 def test_watchdog_stops_when_nothing_is_held(manager: LockManager, name: str) -> None:

@@ -213,6 +213,11 @@ class Watchdog:
         """How many (lock, owner) pairs are being renewed."""
         return len(self._entries)
 
+    def entries(self) -> list[WatchEntry]:
+        """The holds being renewed, a snapshot (each names its lock and its owner)."""
+        with self._mutex:
+            return list(self._entries.values())
+
     def _run(self) -> None:
         empty_since: float | None = None
         while True:
