@@ -71,7 +71,8 @@ MIDDLE_CELL = ("3.12", "6.0", "middle", "7")
 DEFAULT_SERVER = "7"
 OTHER_SERVERS = ["8.2", "valkey-8.1", "valkey-9.1"]
 
-#: The cells CI runs on every change: the oldest, and the newest (on a Valkey, with hiredis).
+#: The cells CI runs on every change: the oldest, and the newest (on a Valkey, with hiredis);
+#: and the middle cell on the modules closest to redis-py (the ``middle_redis_py`` session).
 CI_CELLS = {("3.10", "5.2", "oldest", "6.2"), ("3.13", "6.1", "newest", "valkey-8.1")}
 
 ROOT = Path(__file__).parent
@@ -211,10 +212,8 @@ def _workers(posargs: list[str]) -> list[str]:
     return ["-n", workers, "--dist", "loadfile"]
 
 
-@nox.session
-@nox.parametrize("python,django,deps,server", _cells())
-def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
-    """Run pytest in one cell of the matrix; extra arguments go to pytest."""
+def _install_cell(session: nox.Session, django: str, deps: str) -> None:
+    """Install the package and the test group into a cell's venv, at the cell's versions."""
     # A real django.tasks worker for tests/test_django_tasks_worker.py (Django 6+ only:
     # django-tasks-db needs Django 5.2+ and, before 6.0, a backport the tests skip).
     workers = ["django-tasks-db>=0.13"] if not django.startswith("5.") else []
@@ -230,12 +229,63 @@ def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
         session.install(
             "-e", ".[hiredis]", *_groups("test"), f"Django~={django}.0", *middle, *workers
         )
+
+
+def _pytest(session: nox.Session, server: str, *args: str) -> None:
+    """Run pytest with *args* against the cell's server (on several workers, see
+    :func:`_workers`)."""
     binary = _redis_server(session, server)
     session.run(
         "python",
         "-m",
         "pytest",
-        *_workers(session.posargs),
-        *session.posargs,
+        *_workers(list(args)),
+        *args,
         env={"REDISLOCK_TEST_REDIS_SERVER": binary, "REDISLOCK_TEST_REDIS_VERSION": server},
     )
+
+
+@nox.session
+@nox.parametrize("python,django,deps,server", _cells())
+def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
+    """Run pytest in one cell of the matrix; extra arguments go to pytest."""
+    _install_cell(session, django, deps)
+    _pytest(session, server, *session.posargs)
+
+
+#: The test modules of the code that stands closest to redis-py: the direct path, the
+#: kept connection and the wire, the engine and its faults, every backend (one Redis,
+#: Sentinel, Cluster, Redlock), the cache backends it borrows clients from, waiting and
+#: the hand-off, sync and asyncio.
+REDIS_PY_FACING = [
+    "tests/engine",
+    "tests/test_kept_connection.py",
+    "tests/test_direct_send.py",
+    "tests/test_wire.py",
+    "tests/test_fast_path.py",
+    "tests/test_lock.py",
+    "tests/test_async_lock.py",
+    "tests/test_async_backend.py",
+    "tests/test_engine_faults.py",
+    "tests/test_async_faults.py",
+    "tests/test_engines.py",
+    "tests/test_cache_backends.py",
+    "tests/test_client_encoding.py",
+    "tests/test_sentinel.py",
+    "tests/test_cluster.py",
+    "tests/test_redlock.py",
+    "tests/test_local_handoff.py",
+    "tests/test_waiting.py",
+    "tests/test_claim_window.py",
+    "tests/test_watchdog.py",
+]
+
+
+@nox.session(python=MIDDLE_CELL[0], tags=["ci"])
+def middle_redis_py(session: nox.Session) -> None:
+    """CI's third cell: the middle redis-py's cell (MIDDLE_CELL) on the test modules of the
+    code closest to redis-py (REDIS_PY_FACING); ``nox -k middle`` runs the whole suite
+    there. Extra arguments go to pytest instead of the module list."""
+    _, django, deps, server = MIDDLE_CELL
+    _install_cell(session, django, deps)
+    _pytest(session, server, *(session.posargs or REDIS_PY_FACING))
