@@ -83,15 +83,22 @@ class AsyncRedlockBackend(RedlockBase):
         pending = set(tasks)
         late_looks = LATE_LOOKS
         extended = False
+        loop_late = False  # the loop came back from a wait later than asked by half a timeout
         try:
             while pending:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 and not extended and any(tasks[t] not in sent for t in pending):
+                if (
+                    remaining <= 0
+                    and not extended
+                    and (loop_late or any(tasks[t] not in sent for t in pending))
+                ):
                     # This loop, not the master, was late: a task had not even written
-                    # its call (a connection still being made on a loaded machine). One
-                    # more node timeout for it; the validity check counts it all.
+                    # its call (a connection still being made on a loaded machine), or
+                    # the loop was not scheduled while the replies came (a starved
+                    # process). One more node timeout from now; the validity check
+                    # counts the whole round.
                     extended = True
-                    deadline += timeout
+                    deadline = time.monotonic() + timeout
                     continue
                 if remaining <= 0:
                     # Past the deadline, a few loop turns without waiting: replies that
@@ -101,9 +108,11 @@ class AsyncRedlockBackend(RedlockBase):
                         break
                     late_looks -= 1
                     remaining = 0
+                asked = time.monotonic() + remaining
                 done, pending = await asyncio.wait(
                     pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
                 )
+                loop_late = loop_late or time.monotonic() - asked > timeout / 2
                 for task in done:
                     exc = task.exception()
                     replies[tasks[task]] = exc if exc is not None else task.result()
