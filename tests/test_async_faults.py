@@ -35,8 +35,12 @@ from tests.tcp_proxy import TcpProxy
 
 T = TypeVar("T")
 
-#: How long a cancelled call may take to settle (it should be at once).
-SETTLE_BOUND = 3.0
+#: How long a cancelled call may take to settle (it should be at once). A grant that a
+#: cancelled call's clean-up does not give back lapses after the 2 s claim window
+#: (a hand-off) at the latest; 3 s was once too short on CI's Python 3.10 cell with
+#: three pytest-xdist workers on 2 cores (trial 82 of seed 500, held by the cancelled
+#: call's owner). An orphan, which would last its whole 30 s lease, still fails.
+SETTLE_BOUND = 6.0
 #: A cancelled call still running this long after its cancellation ignored it.
 RESCUE_AFTER = 1.0
 
