@@ -21,6 +21,7 @@ import redis
 
 from django_redislock import LockManager
 from django_redislock.engine import flows
+from django_redislock.engine.scripts import WAKE_SURE
 from django_redislock.engine.wake import release_outcome
 
 WAIT = 5.0
@@ -74,7 +75,24 @@ async def _held_with_a_waiter(
     assert await holder.aacquire(blocking=False)
     waiting = asyncio.ensure_future(_acquire(manager.lock(name, ttl=30, fair=fair)))
     await _queued(manager, name, 1)
+    await _marked(manager, name)
     return holder, waiting
+
+
+async def _marked(manager: LockManager, name: str) -> None:
+    """Until every queued waiter has marked its entry's channel as subscribed
+    (``scripts.WAKE_SURE``): a waiter's first wait queues before its hub has
+    subscribed and asks Redis once more when it has; before that ask it may take a
+    lock handed to it by its own reply instead of the hand-off's message."""
+    client = manager.client
+    entries = manager.backend().keyspace.keys(name).waiters
+    deadline = time.monotonic() + WAIT
+    while True:
+        channels = [entry.split(b"|")[4] for entry in client.hvals(entries)]
+        if channels and all(channel.startswith(WAKE_SURE) for channel in channels):
+            return
+        assert time.monotonic() < deadline, f"waiters' channels not marked: {channels}"
+        await asyncio.sleep(0.002)
 
 
 def run(scenario: Callable[[], Awaitable[None]]) -> None:
