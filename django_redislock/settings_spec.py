@@ -198,7 +198,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
         "REDISLOCK_FENCE_RETENTION",
         86400,
         _seconds,
-        "seconds each name's fence hash (last token, history) lives from its creation",
+        "seconds each hash slot's hash (last token, history) lives from its creation",
     ),
     SettingSpec(
         "REDISLOCK_WAIT_REPLICAS",

@@ -21,8 +21,8 @@ from tests.holding import queued, queued_waiter, wait_until
 from tests.test_fair import stopped_waiter  # noqa: F401 (a fixture: a queued child, stopped)
 
 #: An uncontended acquire and release: two EVALSHA, and inside them HMGET of the lock
-#: hash and of the fence hash, TIME, HSET of both, PEXPIRE of the lease (acquire);
-#: HMGET, DEL, HSET of the fence hash (release).
+#: hash and of the slot hash (its token and queue flag), TIME, HSET of both, PEXPIRE of
+#: the lease (acquire); HMGET, DEL, HSET of the slot hash's release nonce (release).
 UNCONTENDED_COMMANDS = 11
 
 
@@ -47,7 +47,7 @@ def _pair_commands(redis_client: redis.Redis, name: str) -> dict[str, int]:
 def test_an_uncontended_acquire_and_release_run_eleven_commands(
     name: str, redis_client: redis.Redis
 ) -> None:
-    with locks.lock(name, ttl=10, auto_renew=False):  # the fence hash exists from here on
+    with locks.lock(name, ttl=10, auto_renew=False):  # the slot hash exists from here on
         pass
     counted = _pair_commands(redis_client, name)
     assert sum(counted.values()) == UNCONTENDED_COMMANDS, counted
@@ -103,6 +103,13 @@ def test_once_the_queue_is_gone_the_fast_path_is_back(name: str, redis_client: r
     waiter.join(10)
     with locks.lock(name, ttl=10, auto_renew=False):  # the queue is gone: cleared here
         pass
+    # The slot's queue flag still says a queue of the slot may live (for the entries'
+    # life, 4 s, after the last extension): the acquire asks EXISTS of its own, once.
+    counted = _pair_commands(redis_client, name)
+    assert sum(counted.values()) == UNCONTENDED_COMMANDS + 1, counted
+    assert counted["exists"] == 1, counted
+    # Once that life is over, no queue of the slot can live: the fast path is back.
+    redis_client.hset(locks.backend().keyspace.keys(name).slot, "q", "1")  # (a past time)
     counted = _pair_commands(redis_client, name)
     assert sum(counted.values()) == UNCONTENDED_COMMANDS, counted
 
@@ -146,14 +153,15 @@ def test_a_release_hands_on_to_a_waiter_that_queued_during_the_hold(
 #: (with the holder's since and meta, for the history); the queue's head popped (the
 #: look that the queue is not empty) and its entry read and dropped (LPOP, HGET,
 #: HDEL), TIME; the last token and the history's number (one HMGET of the fence hash);
-#: the grant (one HSET of the fence hash with the token, the event, its number and the
-#: release's nonce, HSET of the lock hash, PEXPIRE of the claim window); PUBLISH of the
-#: grant.
-HANDOFF_RELEASE_COMMANDS = 11
+#: the grant (one HSET of the slot hash with the token, the event, its number and the
+#: release's nonce, HSET of the lock hash, PEXPIRE of the claim window, HSET of the
+#: holder on record in the waiter entries: 11 before the per-slot layout, which kept
+#: it in the fence hash's HSET); PUBLISH of the grant.
+HANDOFF_RELEASE_COMMANDS = 12
 
 
 @pytest.mark.slow
-def test_a_release_that_hands_the_lock_over_runs_eleven_commands(
+def test_a_release_that_hands_the_lock_over_runs_twelve_commands(
     name: str, redis_client: redis.Redis, request: pytest.FixtureRequest
 ) -> None:
     with locks.lock(name, ttl=10, auto_renew=False):  # the scripts are loaded from here on

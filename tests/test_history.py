@@ -4,7 +4,6 @@ is a real child process, SIGKILLed while it holds the lock."""
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import socket
@@ -26,9 +25,14 @@ from tests.holding import wait_until
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _fence_fields(name: str) -> set[bytes]:
-    key = locks.backend().keyspace.keys(name).fence
+def _slot_fields(name: str) -> set[bytes]:
+    key = locks.backend().keyspace.keys(name).slot
     return set(redis.Redis.from_url(settings.REDIS_URL).hkeys(key))
+
+
+def _clear_slot(name: str) -> None:
+    """Drop the slot hash *name*'s history is kept in (others' tests may share it)."""
+    redis.Redis.from_url(settings.REDIS_URL).delete(locks.backend().keyspace.keys(name).slot)
 
 
 def _hand_over(name: str, holder: str, waiter: str, hold: float) -> None:
@@ -53,11 +57,12 @@ def _hand_over(name: str, holder: str, waiter: str, hold: float) -> None:
 
 
 def test_free_locks_write_no_history(name: str) -> None:
+    _clear_slot(name)
     for _ in range(3):
         with locks.lock(name):
             pass
     assert locks.history(name) == []
-    assert not {b"hist", b"hn", b"h1"} & _fence_fields(name)
+    assert not {b"hn", b"h0", b"h1"} & _slot_fields(name)
 
 
 def test_a_hand_off_records_who_held_and_who_waited_how_long(name: str) -> None:
@@ -175,27 +180,30 @@ def test_events_keep_their_metadata_whatever_it_holds(name: str) -> None:
     assert {e.waiter_meta["purpose"] for e in events} == {purpose}
 
 
-def test_a_history_kept_as_a_json_list_is_read_after_the_newer_events(name: str) -> None:
-    """Development checkouts before 2026-11-27 kept the history as one JSON list: it
-    is read as older than every event recorded since (newest first, still at most
-    HISTORY_MAX)."""
-    older = [
-        {"e": "timeout", "t": 1_700_000_000_000 - i, "o": f"old holder {i}", "w": f"w{i}"}
-        for i in range(HISTORY_MAX)
-    ]
-    key = locks.backend().keyspace.keys(name).fence
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.hset(key, "hist", json.dumps(older))
-    old_holders = [f"old holder {i}" for i in range(HISTORY_MAX)]
-    assert [e.holder for e in locks.history(name)] == old_holders
-    holder = locks.lock(name, owner="new holder")
-    assert holder.acquire()
-    assert not locks.lock(name, owner="new waiter").acquire(timeout=0.05)
-    holder.release()
-    events = locks.history(name)
-    assert len(events) == HISTORY_MAX
-    assert events[0].holder == "new holder"
-    assert [e.holder for e in events[1:]] == old_holders[:-1]
+def test_names_of_one_slot_keep_their_own_events_in_its_ring(name: str) -> None:
+    """The history is kept per hash slot (bounded in total, not per name): each name
+    reads its own events, and the ring keeps the slot's newest HISTORY_MAX."""
+    keyspace = locks.backend().keyspace
+    slot = keyspace.keys(f"{name}:0").slot
+    other = next(n for i in range(1, 200_000) if keyspace.keys(n := f"{name}:{i}").slot == slot)
+    first = f"{name}:0"
+    _clear_slot(first)
+    for lock_name, count in ((first, 2), (other, 1)):
+        for _ in range(count):
+            holder = locks.lock(lock_name, owner=f"holder of {lock_name}")
+            assert holder.acquire()
+            assert not locks.lock(lock_name, owner="gives up").acquire(timeout=0.05)
+            holder.release()
+    assert [e.holder for e in locks.history(first)] == [f"holder of {first}"] * 2
+    assert [e.holder for e in locks.history(other)] == [f"holder of {other}"]
+    # The slot's ring: after HISTORY_MAX more events of *other*, *first*'s are gone.
+    for _ in range(HISTORY_MAX):
+        holder = locks.lock(other, owner=f"holder of {other}")
+        assert holder.acquire()
+        assert not locks.lock(other, owner="gives up").acquire(timeout=0.01)
+        holder.release()
+    assert locks.history(first) == []
+    assert len(locks.history(other)) == HISTORY_MAX
 
 
 def test_semaphores_and_read_write_locks_keep_a_history(name: str) -> None:

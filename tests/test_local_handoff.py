@@ -88,7 +88,11 @@ async def _marked(manager: LockManager, name: str) -> None:
     entries = manager.backend().keyspace.keys(name).waiters
     deadline = time.monotonic() + WAIT
     while True:
-        channels = [entry.split(b"|")[4] for entry in client.hvals(entries)]
+        channels = [
+            entry.split(b"|")[4]
+            for owner, entry in client.hgetall(entries).items()
+            if owner != b"~cur"  # (the holder on record, not a waiter)
+        ]
         if channels and all(channel.startswith(WAKE_SURE) for channel in channels):
             return
         assert time.monotonic() < deadline, f"waiters' channels not marked: {channels}"

@@ -46,12 +46,18 @@ def prefix() -> str:
     return f"clp{uuid.uuid4().hex[:8]}:"
 
 
-def keys_of(cluster: Cluster, name: str) -> dict[str, int]:
-    """Every key on any primary whose name contains ``{name}``, with its slot."""
+def keys_of(cluster: Cluster, name: str, slot_key: str | None = None) -> dict[str, int]:
+    """Every key on any primary whose name contains ``{name}`` (and *slot_key*, the
+    hash of *name*'s slot, shared with other names, if it exists), with its slot."""
     found: dict[str, int] = {}
     for server in cluster.primaries:
-        for key in cluster.node(server).scan_iter(match=f"*{{{name}}}*", count=1000):
+        node = cluster.node(server)
+        for key in node.scan_iter(match=f"*{{{name}}}*", count=1000):
             found[key.decode()] = key_slot(key)
+    if slot_key is not None:
+        slot = key_slot(slot_key.encode())
+        if cluster.node(cluster.server_for_slot(slot)).exists(slot_key):
+            found[slot_key] = slot
     return found
 
 
@@ -77,8 +83,8 @@ def in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
 
 def assert_one_slot(cluster: Cluster, manager: LockManager, name: str, parts: set[str]) -> None:
     """All of *name*'s keys are in its slot, and the expected ones exist."""
-    found = keys_of(cluster, name)
     keys = manager.backend().keyspace.keys(name)
+    found = keys_of(cluster, name, keys.slot)
     expected = {getattr(keys, part) for part in parts}
     assert expected <= set(found), sorted(found)
     assert set(found.values()) == {key_slot(keys.lock.encode())}, found
@@ -102,7 +108,7 @@ def test_a_semaphore_on_every_primary(
         started = time.monotonic()
         assert not d.acquire(timeout=0.2)
         assert time.monotonic() - started < 2
-        assert_one_slot(cluster, manager, name, {"lock", "fence", "queue", "waiters", "holders"})
+        assert_one_slot(cluster, manager, name, {"lock", "slot", "queue", "waiters", "holders"})
         info = manager.get(name)
         assert info is not None and info.primitive == "semaphore" and info.limit == 2
         assert sorted(h.owner for h in info.holders) == ["a", "b"]
@@ -143,7 +149,7 @@ def test_a_read_write_lock_on_every_primary(
         wait_queued(manager, name, 1)
         reader_thread, reader_got = in_thread(lambda r3=r3: r3.acquire(timeout=10))
         wait_queued(manager, name, 2)
-        assert_one_slot(cluster, manager, name, {"lock", "fence", "queue", "waiters", "holders"})
+        assert_one_slot(cluster, manager, name, {"lock", "slot", "queue", "waiters", "holders"})
         assert r1.release() == 0
         assert not writer_got
         assert r2.release() == 0

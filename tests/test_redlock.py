@@ -100,15 +100,22 @@ def test_three_masters_down_refuse_promptly_and_leave_nothing(
     assert [m.client().exists(key) for m in masters[3:]] == [0, 0]
 
 
+def _clear_slot(masters: list[Master], manager: LockManager, name: str) -> None:
+    """Drop *name*'s slot hash on every master (other names of its slot made it)."""
+    slot_key = manager.backend().keyspace.keys(name).slot
+    for master in masters:
+        master.client().delete(slot_key)
+
+
 def _free_once_the_paused_masters_ran_the_refused_acquire(
     masters: list[Master], manager: LockManager, name: str
 ) -> None:
     """Wait until the resumed masters (the first three) ran what waited in their
-    sockets while they were paused (the acquire made the fence hash; what came after
-    it on the same connection ran in the same read), then: nobody holds *name*, and a
-    next owner gets it."""
-    fence_key = manager.backend().keyspace.keys(name).fence
-    wait_until(lambda: all(m.client().exists(fence_key) for m in masters[:3]), timeout=5)
+    sockets while they were paused (the acquire made the slot hash, cleared by
+    :func:`_clear_slot` before; what came after it on the same connection ran in the
+    same read), then: nobody holds *name*, and a next owner gets it."""
+    slot_key = manager.backend().keyspace.keys(name).slot
+    wait_until(lambda: all(m.client().exists(slot_key) for m in masters[:3]), timeout=5)
     assert _holders(masters, manager, name) == [None] * 5
     fresh = LockManager(redlock_caches=[m.url for m in masters])  # no master left out
     following = fresh.lock(name, owner="next", auto_renew=False)
@@ -126,6 +133,7 @@ def test_a_refused_acquire_leaves_no_hold_on_paused_masters_when_they_resume(
     warm = manager.lock(lock_name + ":warm", auto_renew=False)
     assert warm.acquire()  # a connection per master, left open in the pools
     assert warm.release() == 0
+    _clear_slot(masters, manager, lock_name)
     for master in masters[:3]:
         master.pause()
     lock = manager.lock(lock_name, auto_renew=False)
@@ -146,6 +154,7 @@ def test_a_refused_aacquire_leaves_no_hold_on_paused_masters_when_they_resume(
     async def refused() -> None:
         async with manager.lock(lock_name + ":warm", auto_renew=False):
             pass  # a connection per master, left open in the loop's pools
+        _clear_slot(masters, manager, lock_name)
         for master in masters[:3]:
             master.pause()
         lock = manager.lock(lock_name, auto_renew=False)

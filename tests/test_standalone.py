@@ -100,7 +100,7 @@ def test_a_script_locks_with_a_plain_client_or_a_configured_url(clean_dbs: None)
         "REDISLOCK_DEFUALT_TTL is not a django-redislock setting; "
         "did you mean REDISLOCK_DEFAULT_TTL?"
     )
-    held = [k for k in redis.Redis.from_url(f"{BASE}/13").keys("*") if b":fence:" not in k]
+    held = [k for k in redis.Redis.from_url(f"{BASE}/13").keys("*") if b":slot:" not in k]
     assert held == []  # every lock released (fencing counters outlive their locks)
 
 

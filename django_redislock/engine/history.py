@@ -1,9 +1,13 @@
 """A lock's recent history: what the scripts record on their slow paths.
 
 The scripts (``record`` in :mod:`.scripts`) keep the last
-:data:`~.scripts.HISTORY_MAX` events of a lock in its fence hash, one JSON
-object a field in a ring (a hand-off writes one small field and reads nothing
-older); ``HISTORY`` reads them newest first. Only slow paths write one, so
+:data:`~.scripts.HISTORY_MAX` events of the locks of one Redis Cluster hash slot
+in the slot's hash, one JSON object a field in a ring (a hand-off writes one small
+field and reads nothing older), each naming its lock's key; ``HISTORY`` reads them
+newest first, and a lock's history is the events with its key. So what is kept is
+bounded by the number of slots (16,384 rings), not by the number of names, and a
+name's events last as long as its slot's ring has room and its hash lives
+(``REDISLOCK_FENCE_RETENTION`` from its first write). Only slow paths write one, so
 taking and releasing a free lock costs nothing here:
 
 * ``"handoff"``: a release handed the lock to the first waiter;
@@ -67,26 +71,42 @@ class HistoryEvent:
         return EVENTS.get(self.event, self.event)
 
 
-def history_call(fence_key: bytes, name: str) -> Call:
-    """The call that reads the history of the lock *name* (its fence hash's ``hist``)."""
-    return Call(HISTORY_SCRIPT, (fence_key,), (), "read the history", name)
+def history_call(slot_key: bytes, name: str) -> Call:
+    """The call that reads the recent history of the slot whose hash is *slot_key* (for
+    the lock *name*'s: keep its events with :func:`parse_history`'s *key*)."""
+    return Call(HISTORY_SCRIPT, (slot_key,), (), "read the history", name)
 
 
-def parse_history(raw: Any) -> list[HistoryEvent]:
+def parse_history(raw: Any, key: str | None = None) -> list[HistoryEvent]:
     """The events of a history as ``HISTORY`` returns it, newest first; what does not
     parse is left out (this never raises on what it finds in Redis).
 
-    *raw*: the ring's events (JSON objects, newest first), then the history as
-    development checkouts before 2026-11-27 kept it (one JSON list, older than every
-    ring event, or empty); or that list alone.
+    *raw*: the ring's events (JSON objects, newest first). With *key* (a lock's key),
+    only that lock's events.
     """
+    return [event for k, event in _events(raw) if key is None or k == key]
+
+
+def histories_by_key(raw: Any) -> dict[str, list[HistoryEvent]]:
+    """The events of a slot's history as ``HISTORY`` returns it, by lock key (each list
+    newest first)."""
+    found: dict[str, list[HistoryEvent]] = {}
+    for k, event in _events(raw):
+        if k is not None:
+            found.setdefault(k, []).append(event)
+    return found
+
+
+def _events(raw: Any) -> list[tuple[str | None, HistoryEvent]]:
     if not isinstance(raw, list):
-        raw = [raw]
-    *ring, legacy = raw or [None]
-    older = _json(legacy)
-    items = [_json(text) for text in ring] + (older if isinstance(older, list) else [])
-    events = [event for item in items if (event := _event(item)) is not None]
-    return events[:HISTORY_MAX]
+        return []
+    found = []
+    for text in raw[:HISTORY_MAX]:
+        item = _json(text)
+        event = _event(item)
+        if event is not None:
+            found.append((_text(item.get("k")), event))
+    return found
 
 
 def _json(text: Any) -> Any:

@@ -1,11 +1,14 @@
 """The Redis key layout of a lock (pure).
 
-One lock uses these keys, all sharing the Redis Cluster hash tag ``{<name>}`` so
-every script touches a single slot:
+One lock uses these keys, in one Redis Cluster hash slot so every script touches a
+single slot:
 
 * ``<prefix>:{<name>}`` -- a hash: the lock itself (owner, count, fence, ...).
-* ``<prefix>:fence:{<name>}`` -- a hash: the last fencing token and the last
-  release nonce; kept for ``REDISLOCK_FENCE_RETENTION`` seconds after use.
+* ``<prefix>:slot:{<tag>}`` -- a hash shared by every name in the lock's slot (its
+  tag is :func:`.slots.slot_tag` of that slot): the last fencing token given there,
+  the last full release's nonce and the slot's recent history; it lives
+  ``REDISLOCK_FENCE_RETENTION`` seconds from its first write. Nothing of a lock's
+  own outlives its lease.
 * ``<prefix>:queue:{<name>}`` -- a list: waiting owners in arrival order.
 * ``<prefix>:waiters:{<name>}`` -- a hash: each waiting owner's entry.
 * ``<prefix>:holders:{<name>}`` -- a sorted set: each holder's lease expiry, for
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+
+from .slots import key_slot, slot_tag
 
 _ESCAPE = "\\"
 #: How many names' keys a KeySpace remembers before starting over.
@@ -44,7 +49,7 @@ class LockKeys:
     """The Redis key names used by one lock."""
 
     lock: str
-    fence: str
+    slot: str
     queue: str
     waiters: str
     holders: str
@@ -54,7 +59,7 @@ class LockKeys:
         """The keys in the order the Lua scripts expect them, UTF-8 encoded once."""
         return (
             self.lock.encode(),
-            self.fence.encode(),
+            self.slot.encode(),
             self.queue.encode(),
             self.waiters.encode(),
         )
@@ -100,9 +105,10 @@ class KeySpace:
     def _make_keys(self, name: str) -> LockKeys:
         tag = "{" + _tag_part(name) + "}"
         p = self.prefix
+        lock = f"{p}:{tag}"
         return LockKeys(
-            lock=f"{p}:{tag}",
-            fence=f"{p}:fence:{tag}",
+            lock=lock,
+            slot=self.slot_key(key_slot(lock.encode())),
             queue=f"{p}:queue:{tag}",
             waiters=f"{p}:waiters:{tag}",
             holders=f"{p}:holders:{tag}",
@@ -118,16 +124,14 @@ class KeySpace:
         head = _tag_part(name_prefix) if name_prefix else ""
         return glob_escape(self._lock_head + head) + "*"
 
-    def fence_pattern(self) -> str:
-        """A SCAN ``MATCH`` pattern for every fence hash (where a lock's history is kept)."""
-        return glob_escape(f"{self.prefix}:fence:{{") + "*"
+    def slot_key(self, slot: int) -> str:
+        """The key of the state kept for every lock name in hash slot *slot* (the fencing
+        counter, the last release nonce, the recent history)."""
+        return f"{self.prefix}:slot:{{{slot_tag(slot)}}}"
 
-    def name_from_fence_key(self, key: str) -> str | None:
-        """Return the lock name whose fence hash is *key*, or None if it is not one."""
-        head = f"{self.prefix}:fence:{{"
-        if not (key.startswith(head) and key.endswith("}")):
-            return None
-        return self.name_from_key(self._lock_head + key[len(head) :])
+    def slot_pattern(self) -> str:
+        """A SCAN ``MATCH`` pattern for every slot's state (where the history is kept)."""
+        return glob_escape(f"{self.prefix}:slot:{{") + "*"
 
     def name_from_key(self, key: str) -> str | None:
         """Return the lock name stored at *key*, or None if *key* is not a lock key."""

@@ -1,6 +1,6 @@
 """The Lua scripts of a Redlock master (text only: the Redlock backend runs them).
 
-A Redlock master keeps the same lock and fence hashes as one Redis (so the
+A Redlock master keeps the same lock and slot hashes as one Redis (so the
 admin, ``LockInfo`` and the operator actions read them alike) but no FIFO
 queue: each master's own queue would hand the lock to different waiters on
 different masters, and nobody would reach a majority. Instead a master where
@@ -8,7 +8,7 @@ the lock is held remembers who waits (``KEYS[4]``, a hash ``nonce -> expiry_ms|c
 and the release that frees it *pokes* them: it publishes the bare nonce on each
 waiter's hub channel, and the waiter asks every master again.
 
-Keys as in :mod:`.scripts`: lock hash, fence hash, (queue, unused), waiters hash.
+Keys as in :mod:`.scripts`: lock hash, slot hash, (queue, unused), waiters hash.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ local L, F, E = KEYS[1], KEYS[2], KEYS[4]
     + RELEASE_HEAD_FRAGMENT
     + r"""
 redis.call('DEL', L)
-if redis.call('HSET', F, 'rel', nonce) == 1 then redis.call('PEXPIRE', F, retention) end
+released(nonce, retention)
 if ARGV[5] ~= 'quiet' then
   local waiting = redis.call('HGETALL', E)
   if #waiting > 0 then

@@ -4,8 +4,9 @@ Each operation that reads and then changes a lock is one script, so it is
 atomic. Backends send them with EVALSHA and load them on ``NOSCRIPT``.
 
 All scripts take the same four keys (see :mod:`django_redislock.engine.keys`):
-``KEYS[1]`` lock hash, ``KEYS[2]`` fence hash, ``KEYS[3]`` waiter queue (list),
-``KEYS[4]`` waiter entries (hash).
+``KEYS[1]`` lock hash, ``KEYS[2]`` the slot's hash (shared by every name in the
+lock's Cluster hash slot), ``KEYS[3]`` waiter queue (list), ``KEYS[4]`` waiter
+entries (hash).
 
 Lock hash fields: ``owner``, ``count`` (re-entrant holds), ``fence`` (fencing
 token), ``since`` (ms since the epoch, by Redis's clock), ``ttl`` (lease in ms,
@@ -13,8 +14,11 @@ token), ``since`` (ms since the epoch, by Redis's clock), ``ttl`` (lease in ms,
 (nonce of the last partial release), ``meta`` (JSON written by the client),
 ``hand`` (while a hand-off is leased for its claim window only: that window in
 ms; the new holder's claim or first renewal clears it).
-The fence hash holds ``fence`` (the last token) and ``rel`` (nonce of the last
-full release).
+The slot's hash holds ``fence`` (the last token given in the slot), ``rel`` (the
+nonce of the slot's last full release) and the slot's recent history; it lives
+``retention`` from its first write. Nothing a lock keeps outlives its lease and its
+waiters: while someone waits, the waiter entries also hold ``~cur``, the holder on
+record (``owner|since|meta``), so that a lease that runs out can be named.
 
 Waiting is FIFO with direct hand-off: a release (or a cancelled wait, or an
 acquire that finds the lock free while someone else is first in line) grants
@@ -58,6 +62,15 @@ _GRANT_FUNCTION = (
     _CLOCK
     + r"""
 
+-- While someone waits, the waiter entries name the holder ('~cur': owner|since|meta),
+-- so that a script that later finds its lease run out can say whose it was (see
+-- expired); the field lives and dies with the entries (a new one gets their life).
+local function note_holder(cur)
+  if redis.call('HSET', E, '~cur', cur) == 1 and redis.call('PTTL', E) < 0 then
+    redis.call('PEXPIRE', E, ENTRY_LIFE)
+  end
+end
+
 -- The token a grant made now gets after the token *last* (see grant).
 local function next_fence(last)
   local fence = (tonumber(last) or 0) + 1
@@ -74,30 +87,28 @@ end
 -- With *overwrite*, the previous holder's hash is reused in place (a hand-off
 -- from a release), so its partial-release nonce is cleared too. The grant is
 -- dated by Redis's clock: a client with a wrong clock cannot misdate it.
--- *last*: the fence hash's 'fence' when the caller read it already (false: none).
+-- *last*: the slot hash's 'fence' when the caller read it already (false: none;
+-- the slot hash is then new, or older than its fence, and gets its expiry).
 -- *queued*: waiters may be queued behind this grant, so the new holder's release
--- must look at the queue ('q', see mark_queued); a reused hash keeps its 'q'.
+-- must look at the queue ('q', see mark_queued); a reused hash keeps its 'q'; and
+-- the waiter entries name the new holder ('~cur', see note_holder).
 -- *lease*: the lease to set instead of the ttl (a hand-off's claim window): the
 -- hash's 'hand' says so until the new holder claims it (CLAIM, or a renewal), so
 -- that a reader does not take the short lease for renewals that never came ('' or
 -- none: not a hand-off's, or claimed).
--- *extra*: more fence hash fields and values to write with the token (the history
+-- *extra*: more slot hash fields and values to write with the token (the history
 -- event and the release nonce of a hand-off), in the same HSET.
 local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued, lease, extra)
   if last == nil then last = redis.call('HGET', F, 'fence') end
   local fence = next_fence(last)
   local since_ms = num(math.floor(now_us() / 1000))
-  -- 'cur' (who holds it since when, and its metadata) lets a later script tell
-  -- that a waited-on holder's lease ran out, and name it; a release clears it.
-  -- Every field new: the hash is new, and gets its expiry.
-  local cur, added, fields = owner .. '|' .. since_ms .. '|' .. meta
   if extra then
-    added = redis.call('HSET', F, 'fence', fence, 'cur', cur, unpack(extra))
-    fields = 2 + #extra / 2
+    redis.call('HSET', F, 'fence', fence, unpack(extra))
   else
-    added, fields = redis.call('HSET', F, 'fence', fence, 'cur', cur), 2
+    redis.call('HSET', F, 'fence', fence)
   end
-  if added == fields then redis.call('PEXPIRE', F, retention) end
+  if not last then redis.call('PEXPIRE', F, retention) end
+  if queued then note_holder(owner .. '|' .. since_ms .. '|' .. meta) end
   -- The last pair clears a reused hash's partial-release nonce (harmless on a new
   -- hash), or marks a new one as queued behind.
   local k, v = 'rel', ''
@@ -121,7 +132,6 @@ local function grant(owner, nonce, ttl, meta, retention, overwrite, last, queued
 end
 """
 )
-_GRANT = _KEYS + _GRANT_FUNCTION
 
 # A record's or entry's first n '|'-separated fields, then the rest (meta, which may
 # contain '|'); and the first live waiter of the queue. Shared with shared_scripts.
@@ -214,17 +224,18 @@ end
 
 
 _HISTORY = r"""
--- The lock's recent history, written on slow paths only (a hand-off, an expiry
+-- The locks' recent history, written on slow paths only (a hand-off, an expiry
 -- someone waited through, a waiter giving up, an operator's release): the last
--- HISTORY_MAX events in the fence hash, a ring of fields h0, h1, ... with 'hn' the
--- number of the newest (read by HISTORY and engine/history.py). A hand-off writes
+-- HISTORY_MAX events of the slot's locks in the slot hash, a ring of fields h0, h1,
+-- ... with 'hn' the number of the newest, each naming its lock's key ('k'; read by
+-- HISTORY and engine/history.py). A hand-off writes
 -- one, so an event is one small write: nothing older is read or rewritten; with
 -- *later* (a list of fields and values), the write is left to the caller, which
 -- makes it with its own; *n* (with *later*): the event's number, when the caller read
 -- 'hn' with something else. Every path writes something that frees memory first, so
 -- a full Redis does not refuse it.
 local function record(entry, later, n)
-  entry.t = now_ms()
+  entry.t, entry.k = now_ms(), L
   if n then  -- the caller read 'hn' already: the new number goes with *later*
     later[#later + 1] = 'hn'
     later[#later + 1] = n
@@ -265,10 +276,10 @@ local function held_by(entry)
 end
 
 -- The lock was found free by a script serving waiter *w* (entry *e*): if a holder
--- is still on record ('cur': owner|since|meta, or owner|since as older clients
--- wrote it), its lease ran out while *w* waited (*later*, *n*: see record).
+-- is still on record ('~cur' of the waiter entries: owner|since|meta), its lease ran
+-- out while *w* waited (*later*, *n*: see record).
 local function expired(w, e, later, n)
-  local cur = redis.call('HGET', F, 'cur')
+  local cur = redis.call('HGET', E, '~cur')
   if cur and cur ~= '' then
     local c = split(cur, 1)
     local since, meta = c[2], ''
@@ -358,21 +369,26 @@ local function handoff(retention, overwrite, rel, held, first, here, forced)
   return true
 end
 
--- The queue's flags: while waiters may be queued, the fence hash and the lock hash
--- carry 'q', so the fast paths (a free lock's acquire, a release) look at the queue
--- only then. The lock hash gets 'q' from here and from every grant that may leave
--- waiters behind it (see grant's *queued*); the fence hash gets it with the lock
--- hash's first (a lock hash's 'q' implies the fence hash's: they are cleared
--- together) and outlives the queue, whose every extension comes with a call here.
--- *marked*: the lock hash's 'q' as the script read it.
-local function mark_queued(life, marked)
-  local left = redis.call('PTTL', F)
-  if not marked or left < 0 then  -- (-2: the fence hash is gone, its 'q' with it)
-    if not marked then redis.call('HSET', L, 'q', '1') end
-    redis.call('HSET', F, 'q', '1')
-    left = redis.call('PTTL', F)
+-- The queue's flag: while waiters may be queued, the lock hash carries 'q', so its
+-- release looks at the queue only then (a free lock's acquire looks for the queue
+-- itself). It gets 'q' from here and from every grant that may leave waiters behind
+-- it (see grant's *queued*). The first waiter behind a holder also names it in the
+-- entries (see note_holder). *marked*: the lock hash's 'q' as the script read it.
+-- The slot hash's 'q' says until when (Redis ms) a queue of some lock of the slot may
+-- still live (a queue's every extension comes through here, see enqueue), so that an
+-- acquire of a free lock asks whether its queue exists only while one of the slot may.
+local function mark_queued(life, marked, retention)
+  if not marked then
+    redis.call('HSET', L, 'q', '1')
+    local r = redis.call('HMGET', L, 'owner', 'since', 'meta')
+    if r[1] then note_holder(r[1] .. '|' .. (r[2] or '') .. '|' .. (r[3] or '')) end
   end
-  if left < life then redis.call('PEXPIRE', F, life) end
+  local till, q = now_ms() + life, redis.call('HGET', F, 'q')
+  if not q or tonumber(q) < till then
+    if redis.call('HSET', F, 'q', num(till)) == 1 and redis.call('PTTL', F) < 0 then
+      redis.call('PEXPIRE', F, retention)
+    end
+  end
 end
 """
 )
@@ -387,6 +403,8 @@ HISTORY_MAX = 20
 #: subscription is confirmed on the server that runs the scripts (see handoff).
 WAKE_SURE = b"!"
 _LISTENING = _LISTENING.replace("SURE_BYTE", str(WAKE_SURE[0]))
+_GRANT_FUNCTION = _GRANT_FUNCTION.replace("ENTRY_LIFE", str(ENTRY_LIFE_MS))
+_GRANT = _KEYS + _GRANT_FUNCTION
 _QUEUE = (
     _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
     .replace("HISTORY_MAX", str(HISTORY_MAX))
@@ -445,11 +463,11 @@ if h[1] and h[1] == ARGV[10] then
   local c = redis.call('HINCRBY', L, 'count', 1)
   redis.call('HSET', L, 'owner', owner, 'op', nonce, 'meta', meta, 'ttl', ttl)
   redis.call('HDEL', L, 'hand')
-  -- The history names the new holder if its lease runs out (see grant's 'cur';
-  -- only where the fence hash is, so none is made without its expiry).
-  if redis.call('HEXISTS', F, 'cur') == 1 then
+  -- The history names the new holder if its lease runs out while someone waits
+  -- (see note_holder; only where the entries are, so none is made without its life).
+  if redis.call('HEXISTS', E, '~cur') == 1 then
     local since = redis.call('HGET', L, 'since') or ''
-    redis.call('HSET', F, 'cur', owner .. '|' .. since .. '|' .. meta)
+    redis.call('HSET', E, '~cur', owner .. '|' .. since .. '|' .. meta)
   end
   if tonumber(ttl) > 0 then
     redis.call('PEXPIRE', L, ttl)
@@ -473,12 +491,14 @@ ACQUIRE = (
     + _REENTER
     + r"""
 local retention, barge = ARGV[6], ARGV[9] == '1'
--- A free lock, and nobody waits ('q' unset: see mark_queued) -- or barging
--- (fair=False): whoever waits.
+-- A free lock, and nobody waits (no queue of the slot may live: see mark_queued; or
+-- none of this lock) -- or barging (fair=False): whoever waits.
 local f
 if not h[1] then
   f = redis.call('HMGET', F, 'fence', 'q')
-  if not f[2] then return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1])) end
+  if not f[2] or tonumber(f[2]) < now_ms() or redis.call('EXISTS', Q) == 0 then
+    return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1]))
+  end
   if barge then
     if redis.call('HDEL', E, owner) == 1 then redis.call('LREM', Q, 0, owner) end
     return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1], true))
@@ -500,16 +520,17 @@ if not h[1] then
       redis.call('HDEL', E, owner)
       expired(owner, e, extra)
     end
-    -- Waiters left behind the caller keep both flags; with none, both are clear.
+    -- Waiters left behind the caller keep the flag (and are told who holds it now);
+    -- with none, the entries' holder on record goes.
     local queued = head and redis.call('EXISTS', Q) == 1
-    if not queued then redis.call('HDEL', F, 'q') end
+    if not queued then redis.call('HDEL', E, '~cur') end
     return tonumber(grant(owner, nonce, ttl, meta, retention, false, f[1], queued, nil, extra))
   end
   handoff(retention)
 end
 if channel ~= '' then
   local tail = ttl .. '|' .. channel .. '|' .. nonce .. '|' .. meta
-  if enqueue(owner, nonce, life, tail, ARGV[5]) then mark_queued(life, h[6]) end
+  if enqueue(owner, nonce, life, tail, ARGV[5]) then mark_queued(life, h[6], retention) end
 end
 return -2 - redis.call('PTTL', L)
 """
@@ -550,6 +571,14 @@ if h[1] ~= owner then
   return -1
 end
 if h[2] == nonce then return tonumber(h[3]) end
+-- The last full release in the slot: a repeat of it (its reply lost) finds its own
+-- nonce there, unless another release in the slot came between (it then answers
+-- not owned, -1: a false alarm, never a hidden loss). A new slot hash gets its life.
+local function released(nonce, retention)
+  if redis.call('HSET', F, 'rel', nonce) == 1 and redis.call('PTTL', F) < 0 then
+    redis.call('PEXPIRE', F, retention)
+  end
+end
 local c = tonumber(h[3]) - 1
 if ARGV[4] == 'all' then c = 0 end
 -- Each path's first write needs no memory (HDEL, DEL, LPOP): at maxmemory
@@ -580,10 +609,8 @@ if h[4] then
 end
 if not first then
   redis.call('DEL', L)
-  if redis.call('HSET', F, 'rel', nonce, 'cur', '') == 2 then
-    redis.call('PEXPIRE', F, retention)
-  end
-  if h[4] then redis.call('HDEL', F, 'q') end
+  released(nonce, retention)
+  if h[4] then redis.call('HDEL', E, '~cur') end
   if record_ms then redis.call('SET', KEYS[5], '1', 'PX', record_ms) end
   return 0
 end
@@ -615,11 +642,12 @@ else
     if handed == true then return 0 end
     return handed
   end
-  -- Nobody live was queued (the hand-off's look emptied the queue): both flags go.
+  -- Nobody live was queued (the hand-off's look emptied the queue).
   redis.call('DEL', L)
-  redis.call('HDEL', F, 'q')
 end
-if redis.call('HSET', F, 'rel', nonce, 'cur', '') == 2 then redis.call('PEXPIRE', F, retention) end
+-- Freed (poked or not): nobody holds it on record any more.
+redis.call('HDEL', E, '~cur')
+released(nonce, retention)
 if record_ms then redis.call('SET', KEYS[5], '1', 'PX', record_ms) end
 return poked or 0
 """
@@ -695,6 +723,8 @@ redis.call('LREM', Q, 0, owner)
 redis.call('HDEL', E, owner)
 if e and entry_fields(e)[4] == nonce then record(waited_by(held_by({e = 'timeout'}), owner, e)) end
 if redis.call('EXISTS', L) == 0 then handoff(retention) end
+-- The last waiter gone: nobody needs the holder on record any more.
+if redis.call('EXISTS', Q) == 0 then redis.call('HDEL', E, '~cur') end
 return -1
 """
 )
@@ -716,7 +746,7 @@ if want_fence ~= '' and h[2] ~= want_fence then return -1 end
 if ARGV[4] == '1' and (h[1] or h[2]) then return -1 end
 local entry = h[1] and held_by({e = 'forced'})
 redis.call('DEL', L)
-if entry then redis.call('HSET', F, 'cur', '') end
+if entry then redis.call('HDEL', E, '~cur') end
 -- The event names the waiter the lock was handed to, if any.
 if not handoff(retention, false, nil, nil, nil, nil, entry) and entry then record(entry) end
 return 1
@@ -760,11 +790,12 @@ class Script:
         return f"<Script {self.name} {self.sha[:8]}>"
 
 
-# KEYS[1]: the fence hash; ARGV[1]: an owner whose renewal found its hold gone
-# (its lease ran out, or an operator released it): a "lost" event in the history.
+# KEYS[1]: the slot hash; ARGV[1]: an owner whose renewal found its hold gone
+# (its lease ran out, or an operator released it), ARGV[2]: the lock's key: a "lost"
+# event in the history.
 LOST = (
     r"""
-local F = KEYS[1]
+local F, L = KEYS[1], ARGV[2]
 """
     + _CLOCK
     + _SPLIT
@@ -775,19 +806,16 @@ return 1
 """
 )
 
-# KEYS[1]: the fence hash.  The lock's recorded events, newest first (JSON texts),
-# then the history as development checkouts before 2026-11-27 kept it (one JSON list
-# in 'hist', older than every ring event; '' when there is none).
+# KEYS[1]: the slot hash.  The slot's recorded events, newest first (JSON texts, each
+# naming its lock's key: the reader keeps its lock's).
 HISTORY = (
     r"""
 local F = KEYS[1]
 local n = tonumber(redis.call('HGET', F, 'hn')) or 0
 local fields = {}
 for i = 0, math.min(n, HISTORY_MAX) - 1 do fields[i + 1] = 'h' .. ((n - i) % HISTORY_MAX) end
-local out = {}
-if #fields > 0 then out = redis.call('HMGET', F, unpack(fields)) end
-out[#fields + 1] = redis.call('HGET', F, 'hist') or ''
-return out
+if #fields == 0 then return {} end
+return redis.call('HMGET', F, unpack(fields))
 """
 ).replace("HISTORY_MAX", str(HISTORY_MAX))
 

@@ -342,7 +342,9 @@ class Watchdog:
     def _record_lost(entry: WatchEntry) -> None:
         """Put a hold its renewal found gone into the lock's history (best effort: the
         loss is already reported; a Redis error here changes nothing)."""
-        call = Call(LOST_SCRIPT, (entry.keys[1],), (entry.owner,), "record a lost lock", entry.name)
+        keys = entry.keys  # (the lock's key names the event in its slot's history)
+        args = (entry.owner, keys[0])
+        call = Call(LOST_SCRIPT, (keys[1],), args, "record a lost lock", entry.name)
         try:
             entry.backend.run(call)
         except Exception:  # (the history is for operators; never fail the watchdog)

@@ -19,7 +19,7 @@ from ..engine.backends.base import AsyncBackend, Backend
 from ..engine.calls import Call, ExtendResult
 from ..engine.contention import Contention, overview
 from ..engine.driver import call_async, call_sync
-from ..engine.history import HistoryEvent, history_call, parse_history
+from ..engine.history import HistoryEvent, histories_by_key, history_call, parse_history
 from ..engine.info import LockInfo
 from ..engine.operator_scripts import force_extend_script, force_release_script
 from ..engine.shaping_state import ShapingState, decode_state, state_call
@@ -262,14 +262,20 @@ class LockManager:
         someone waited through, waiters that gave up, operator releases (see
         :mod:`django_redislock.engine.history`). Empty on Redlock."""
         backend = self.backend()
-        call = _history_call(backend, name)
-        return [] if call is None else parse_history(call_sync(call, backend))
+        found = _history_call(backend, name)
+        if found is None:
+            return []
+        call, key = found
+        return parse_history(call_sync(call, backend), key)
 
     async def ahistory(self, name: str) -> list[HistoryEvent]:
         """:meth:`history` for asyncio."""
         backend = self.source.abackend()
-        call = _history_call(backend, name)
-        return [] if call is None else parse_history(await call_async(call, backend))
+        found = _history_call(backend, name)
+        if found is None:
+            return []
+        call, key = found
+        return parse_history(await call_async(call, backend), key)
 
     def contention(
         self, window: float = 3600.0, *, limit: int = 20, max_locks: int = 20_000
@@ -285,23 +291,28 @@ class LockManager:
         if backend.features.quorum:
             return [], True
         since = datetime.now(timezone.utc) - timedelta(seconds=window)
-        histories: list[tuple[str, list[HistoryEvent]]] = []
-        pattern, cursor, read = backend.keyspace.fence_pattern(), "0", 0
+        # The histories are kept per hash slot (at most 16,384 rings), each event naming
+        # its lock: every slot's ring is read, and the names counted.
+        keyspace = backend.keyspace
+        histories: dict[str, list[HistoryEvent]] = {}
+        pattern, cursor, complete = keyspace.slot_pattern(), "0", True
         while True:
             cursor, keys = backend.scan_page(pattern, cursor, 1000)
             texts = [k.decode("utf-8", "replace") if isinstance(k, bytes) else k for k in keys]
-            names = [(k, n) for k in texts if (n := backend.keyspace.name_from_fence_key(k))]
-            cut = len(names) > max_locks - read
-            names = names[: max_locks - read]
-            calls = [history_call(key.encode(), name) for key, name in names]
-            for (_key, name), reply in zip(names, backend.run_many(calls), strict=True):
-                if not isinstance(reply, Exception):
-                    histories.append((name, parse_history(reply)))
-            read += len(names)
-            if cut or (cursor != "0" and read >= max_locks):
-                return overview(histories, since, limit), False
+            calls = [history_call(key.encode(), key) for key in texts]
+            for reply in backend.run_many(calls):
+                if isinstance(reply, Exception):
+                    continue
+                for key, events in histories_by_key(reply).items():
+                    name = keyspace.name_from_key(key)
+                    if name is None:
+                        continue
+                    if name not in histories and len(histories) >= max_locks:
+                        complete = False
+                        continue
+                    histories.setdefault(name, []).extend(events)
             if cursor == "0":
-                return overview(histories, since, limit), True
+                return overview(list(histories.items()), since, limit), complete
 
     # -- store-enforced fencing and several locks (docs/fencing.md, docs/locks.md) --
 
@@ -417,11 +428,13 @@ def _lock_keys(backend: Backend | AsyncBackend, names: Sequence[str]) -> list[st
     return [backend.keyspace.keys(validate_name(n)).lock for n in names]
 
 
-def _history_call(backend: Backend | AsyncBackend, name: str) -> Call | None:
+def _history_call(backend: Backend | AsyncBackend, name: str) -> tuple[Call, str] | None:
+    """The call that reads the history of *name*'s slot, and *name*'s lock key (whose
+    events in it are *name*'s)."""
     if backend.features.quorum:  # Redlock records no history
         return None
     keys = backend.keyspace.keys(validate_name(name))
-    return history_call(keys.fence.encode(), name)
+    return history_call(keys.slot.encode(), name), keys.lock
 
 
 def _prefix(prefix: object) -> str:

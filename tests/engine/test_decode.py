@@ -131,22 +131,29 @@ def test_a_message_without_fence_is_a_poke(data: bytes | str) -> None:
     assert parse_grant(data) == ("proc.1f", None)
 
 
-def test_a_history_is_read_from_its_ring_then_from_an_older_json_list() -> None:
-    from django_redislock.engine.history import parse_history
+def test_a_slots_history_is_read_from_its_ring_by_lock_key() -> None:
+    from django_redislock.engine.history import histories_by_key, parse_history
     from django_redislock.engine.scripts import HISTORY_MAX
 
-    handoff = b'{"e":"handoff","t":1700000000000,"o":"a","h":1200,"w":"b","wt":300}'
-    timeout = '{"e":"timeout","t":1699999999000,"o":"a","w":"c","wt":50}'
-    forced = '{"e":"forced","t":1699999998000,"o":"d"}'
-    events = parse_history([handoff, timeout.encode(), f"[{forced}]".encode()])
+    handoff = b'{"e":"handoff","t":1700000000000,"k":"rl:{a}","o":"a","h":1200,"w":"b","wt":300}'
+    timeout = '{"e":"timeout","t":1699999999000,"k":"rl:{b}","o":"a","w":"c","wt":50}'
+    forced = '{"e":"forced","t":1699999998000,"k":"rl:{a}","o":"d"}'
+    ring = [handoff, timeout.encode(), forced.encode()]
+    events = parse_history(ring)
     assert [e.event for e in events] == ["handoff", "timeout", "forced"]
     assert (events[0].holder, events[0].held, events[0].waiter, events[0].waited) == (
         "a", 1.2, "b", 0.3,
     )  # fmt: skip
-    assert [e.event for e in parse_history(f"[{timeout},{forced}]")] == ["timeout", "forced"]
+    # A lock's history is its own events of its slot's ring, newest first.
+    assert [e.event for e in parse_history(ring, "rl:{a}")] == ["handoff", "forced"]
+    assert [e.event for e in parse_history(ring, "rl:{b}")] == ["timeout"]
+    assert parse_history(ring, "rl:{c}") == []
+    assert {k: [e.event for e in v] for k, v in histories_by_key(ring).items()} == {
+        "rl:{a}": ["handoff", "forced"], "rl:{b}": ["timeout"],
+    }  # fmt: skip
     # What does not parse (a missing ring field, junk, a non-list) is left out.
     assert [e.event for e in parse_history([None, b"junk", b"[1]", handoff, b"{}"])] == ["handoff"]
     assert [e.event for e in parse_history([b"junk", b"{}", b"[1, {}]"])] == []
     assert parse_history([]) == parse_history(b"[broken") == parse_history(None) == []
-    many = parse_history([handoff] * HISTORY_MAX + [f"[{forced}]".encode()])
-    assert len(many) == HISTORY_MAX and many[-1].event == "handoff"
+    many = parse_history([handoff] * (HISTORY_MAX + 1))
+    assert len(many) == HISTORY_MAX

@@ -21,7 +21,7 @@ from django_redislock.engine.flows import HUB_READY, SUBSCRIBE, AcquireOp, Liste
 from django_redislock.engine.scripts import acquire_script, cancel_script, release_script
 from django_redislock.exceptions import LockBackendError, LockError, LockNotReplicated
 
-KEYS = (b"rl:{job}", b"rl:fence:{job}", b"rl:queue:{job}", b"rl:waiters:{job}")
+KEYS = (b"rl:{job}", b"rl:slot:{job}", b"rl:queue:{job}", b"rl:waiters:{job}")
 OWNER = "proc:owner"
 NONCE = "proc.2a"
 NAME = "job"

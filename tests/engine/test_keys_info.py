@@ -13,6 +13,7 @@ import pytest
 from django_redislock.engine import keys as keys_module
 from django_redislock.engine.info import LockInfo
 from django_redislock.engine.keys import KeySpace, LockKeys, glob_escape
+from django_redislock.engine.slots import slot_tag
 from django_redislock.engine.validate import (
     MAX_NAME_LENGTH,
     MAX_OWNER_LENGTH,
@@ -134,11 +135,35 @@ NAMES = [
 def test_keys_layout() -> None:
     ks = KeySpace("rl")
     keys = ks.keys("job")
+    slot = f"rl:slot:{{{slot_tag(key_slot(b'rl:{job}'))}}}"
     assert keys == LockKeys(
-        "rl:{job}", "rl:fence:{job}", "rl:queue:{job}", "rl:waiters:{job}", "rl:holders:{job}"
+        "rl:{job}", slot, "rl:queue:{job}", "rl:waiters:{job}", "rl:holders:{job}"
     )
-    assert keys.all == (b"rl:{job}", b"rl:fence:{job}", b"rl:queue:{job}", b"rl:waiters:{job}")
+    assert keys.all == (b"rl:{job}", slot.encode(), b"rl:queue:{job}", b"rl:waiters:{job}")
     assert ks.keys("job") is keys  # cached
+
+
+def test_every_slot_has_a_tag_that_hashes_to_it() -> None:
+    # Checked against this module's own CRC16 (not the package's): all 16,384 slots.
+    for slot in range(16384):
+        tag = slot_tag(slot)
+        assert re.fullmatch(r"[@A-O]{4}", tag), tag
+        assert key_slot(b"x:{" + tag.encode() + b"}") == slot, slot
+    with pytest.raises(ValueError, match="between 0 and 16383"):
+        slot_tag(16384)
+
+
+def test_names_in_one_slot_share_its_key_and_no_other() -> None:
+    ks = KeySpace("rl")
+    # "user1000" and "{user1000}x" are different names whose keys hash alike only by
+    # chance; names of one slot are found by trying.
+    by_slot: dict[str, list[str]] = {}
+    for i in range(40000):
+        by_slot.setdefault(ks.keys(f"n{i}").slot, []).append(f"n{i}")
+    shared = next(names for names in by_slot.values() if len(names) > 1)
+    a, b = (ks.keys(n) for n in shared[:2])
+    assert a.slot == b.slot and a.lock != b.lock and a.queue != b.queue
+    assert len(by_slot) <= 16384  # one key per slot, whatever the number of names
 
 
 def test_keys_are_utf8_encoded() -> None:
@@ -160,7 +185,7 @@ def test_escaped_names() -> None:
 
 def test_distinct_names_get_distinct_keys() -> None:
     ks = KeySpace("rl")
-    for field in ("lock", "fence", "queue", "waiters"):
+    for field in ("lock", "queue", "waiters"):
         keys = {getattr(ks.keys(name), field) for name in NAMES}
         assert len(keys) == len(NAMES)
 
@@ -168,7 +193,9 @@ def test_distinct_names_get_distinct_keys() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_key_of_a_lock_is_in_one_cluster_slot(name: str) -> None:
     all_keys = KeySpace("rl").keys(name).all
-    tags = {hash_tag(key) for key in all_keys}
+    # The lock's own keys share its tag; the slot's hash has a tag of its own, chosen
+    # to hash to the same slot.
+    tags = {hash_tag(key) for key in all_keys[:1] + all_keys[2:]}
     assert len(tags) == 1
     (tag,) = tags
     assert tag, "no usable hash tag: each key would hash as a whole, to different slots"
@@ -179,6 +206,7 @@ def test_every_key_of_a_lock_is_in_one_cluster_slot(name: str) -> None:
     "key",
     [
         "rl:fence:{job}",
+        "rl:slot:{job}",
         "rl:queue:{job}",
         "rl:waiters:{job}",
         "rl:wake:abc",
@@ -227,7 +255,7 @@ def test_match_pattern_without_a_prefix_matches_lock_keys_only() -> None:
     for name in NAMES:
         keys = ks.keys(name)
         assert redis_glob(pattern, keys.lock), name
-        for other in (keys.fence, keys.queue, keys.waiters):
+        for other in (keys.slot, keys.queue, keys.waiters):
             assert not redis_glob(pattern, other)
 
 
