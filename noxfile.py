@@ -259,9 +259,8 @@ def tests(session: nox.Session, django: str, deps: str, server: str) -> None:
 #: the hand-off, sync and asyncio.
 REDIS_PY_FACING = [
     "tests/engine",
-    "tests/test_kept_connection.py",
-    "tests/test_direct_send.py",
-    "tests/test_wire.py",
+    "tests/test_client_paths.py",
+    "tests/test_public_api.py",
     "tests/test_fast_path.py",
     "tests/test_lock.py",
     "tests/test_async_lock.py",

@@ -15,8 +15,7 @@ from ..calls import Call
 from ..info import LockInfo
 from ..quorum import Reply
 from . import server
-from .kept import checkout
-from .masters import async_master
+from .masters import async_master, checkout
 from .redlock import (
     RedlockBase,
     WriteBehind,

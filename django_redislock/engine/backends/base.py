@@ -302,3 +302,23 @@ def _fresh_pool_locks() -> None:
 # First: the other hooks drop objects (the wake-up hubs' pub/sub) whose cleanup
 # goes through these pools, and would hang on a lock held at fork time.
 on_fork_in_child(_fresh_pool_locks, first=True)
+
+
+def detached(exc: BaseException) -> BaseException:
+    """*exc* kept as a reply, without the tracebacks of it and of the errors it was
+    raised from (its ``__cause__``/``__context__``, say redis-py's ConnectionError's
+    OSError). An error kept in a list of replies would otherwise hold, through its
+    traceback, the frame that caught it, whose locals hold the list (a redis-py
+    pipeline's, Redlock's scatter's) and whose caller is the call's frames: a cycle
+    keeping them -- and the Lock in them, renewed by the watchdog -- alive until the
+    cyclic garbage collector runs."""
+    pending: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        error.__traceback__ = None
+        pending += [error.__cause__, error.__context__]
+    return exc

@@ -22,12 +22,25 @@ MAX_SOCKET_TIMEOUT = 1.0
 #: The most a master's client waits for a TCP (or TLS) connection (s); no retries.
 MAX_CONNECT_TIMEOUT = 0.25
 
+#: The installed redis-py's (major, minor) version.
+REDIS_PY_VERSION = tuple(map(int, redis.__version__.split(".")[:2]))
+#: redis-py before 5.3 requires a command name in ``get_connection``; 5.3 and
+#: later deprecate passing one (a DeprecationWarning).
+_CHECKOUT_ARGS = ("EVALSHA",) if REDIS_PY_VERSION < (5, 3) else ()
+
 #: Connection settings a master's own client keeps from the configured client.
 _KEPT = {
     "host", "port", "path", "db", "username", "password", "credential_provider",
     "socket_timeout", "socket_connect_timeout", "socket_keepalive",
     "socket_keepalive_options", "client_name",
 }  # fmt: skip
+
+
+def checkout(pool: Any) -> Any:
+    """A connection lent by a master's *pool* (sync or asyncio: then awaitable), asked
+    for the way this redis-py wants: Redlock's scatter writes on it and reads it
+    itself, one connection per master at once (it gives it back with ``release``)."""
+    return pool.get_connection(*_CHECKOUT_ARGS)
 
 
 def master_kwargs(client: Any) -> dict[str, Any]:

@@ -52,10 +52,15 @@ from ..scripts import (
 )
 from ..wakeup import WakeHub, hub_for
 from . import server
-from .base import DEFAULT_WAIT_TIMEOUT_MS, BackendFeatures, backend_error, make_fork_safe
+from .base import (
+    DEFAULT_WAIT_TIMEOUT_MS,
+    BackendFeatures,
+    backend_error,
+    detached,
+    make_fork_safe,
+)
 from .cluster import NodePicker
-from .kept import checkout
-from .masters import sync_master
+from .masters import checkout, sync_master
 
 #: A master that did not answer in time is left out of the next calls for this
 #: long (s), doubling while it keeps failing, up to DOWN_BACKOFF_MAX: a paused
@@ -322,7 +327,7 @@ class RedlockBackend(RedlockBase):
                 conn.send_packed_command(data, check_health=False)
                 pending[conn._sock] = i
             except (RedisError, OSError) as exc:
-                replies[i] = _detached(exc)
+                replies[i] = detached(exc)
         deadline = time.monotonic() + timeout
         try:
             while pending:
@@ -343,9 +348,9 @@ class RedlockBackend(RedlockBase):
                             try:
                                 got.append(conns[i].read_response())
                             except ResponseError as exc:
-                                got.append(_detached(exc))
+                                got.append(detached(exc))
                     except (RedisError, OSError) as exc:
-                        replies[i] = _detached(exc)
+                        replies[i] = detached(exc)
                         conns[i].disconnect()
                         continue
                     replies[i] = got
@@ -451,25 +456,6 @@ class RedlockBackend(RedlockBase):
     def hub(self) -> WakeHub:
         """The wake-up hub: subscribed on one master at a time, the next after a break."""
         return hub_for(self._picker, self.keyspace.wake_prefix)
-
-
-def _detached(exc: BaseException) -> BaseException:
-    """*exc* kept as a master's reply, without the tracebacks of it and of the errors it
-    was raised from (its ``__cause__``/``__context__``, say redis-py's ConnectionError's
-    OSError). Kept in a list of :meth:`RedlockBackend.scatter`, a traceback of the
-    exchange would hold scatter's frame, which holds the list: a cycle keeping every
-    frame of the call -- and the Lock in them, renewed by the watchdog -- alive until
-    the cyclic garbage collector runs (as for the direct path, see direct.send())."""
-    pending: list[BaseException | None] = [exc]
-    seen: set[int] = set()
-    while pending:
-        error = pending.pop()
-        if error is None or id(error) in seen:
-            continue
-        seen.add(id(error))
-        error.__traceback__ = None
-        pending += [error.__cause__, error.__context__]
-    return exc
 
 
 def _as_dicts(replies: list[Any]) -> list[Any]:

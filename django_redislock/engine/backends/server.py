@@ -23,42 +23,37 @@ from ..calls import Call
 from ..info import WAITERS_SHOWN, LockInfo, waiters_from_redis
 from ..keys import KeySpace
 from ..scripts import PROBE_SCRIPT, Script
-from . import direct
-from .base import backend_error, batch_wait, replicated_results
+from .base import backend_error, batch_wait, detached, replicated_results
 
 
 def evalsha(client: Any, call: Call) -> Any:
     """Run *call* with EVALSHA on *client*, loading its script once on NOSCRIPT.
 
-    Sent on a pooled connection past ``execute_command`` when nothing observes the
-    client's commands (see :mod:`.direct`), else through it: its retries and
-    instrumentation, on the hot path of every lock call."""
+    Through the client's ``execute_command``, as any command of the user's: its pool,
+    retries, credential provider, instrumentation and maintenance notifications apply
+    to every lock call."""
     script, keys = call.script, call.keys
     args = ("EVALSHA", script.sha, len(keys), *keys, *call.args)
-    send = direct.send if direct.plain(client) else _execute
     try:
-        return send(client, args)
+        return client.execute_command(*args)
     except NoScriptError:
-        send(client, _load(script))
-        return send(client, args)
+        client.execute_command(*_load(script))
+        return client.execute_command(*args)
 
 
 async def aevalsha(client: Any, call: Call) -> Any:
     """:func:`evalsha` on a ``redis.asyncio`` client."""
     script, keys = call.script, call.keys
     args = ("EVALSHA", script.sha, len(keys), *keys, *call.args)
-    send = direct.asend if direct.plain(client) else _aexecute
     try:
-        return await send(client, args)
+        return await client.execute_command(*args)
     except NoScriptError:
-        await send(client, _load(script))
-        return await send(client, args)
+        await client.execute_command(*_load(script))
+        return await client.execute_command(*args)
 
 
 def _load(script: Script) -> tuple[str, ...]:
-    """The command that loads *script*: sent the way its ``EVALSHA`` is, so that past
-    the client's command wrapper it goes on the connection just used (a pool after a
-    restart may still lend an asyncio connection whose close it has not seen yet)."""
+    """The command that loads *script* (``SCRIPT LOAD``), sent the way its ``EVALSHA`` is."""
     return ("SCRIPT", "LOAD", script.source)
 
 
@@ -66,14 +61,6 @@ def _raise_first(replies: list[Any]) -> None:
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-
-
-def _execute(client: Any, args: tuple[Any, ...]) -> Any:
-    return client.execute_command(*args)
-
-
-async def _aexecute(client: Any, args: tuple[Any, ...]) -> Any:
-    return await client.execute_command(*args)
 
 
 def _commands(calls: Sequence[Call], wait: int, wait_timeout_ms: int) -> list[tuple[Any, ...]]:
@@ -101,19 +88,18 @@ def pipelined(client: Any, calls: Sequence[Call], wait_timeout_ms: int) -> tuple
     When any call asks for replicas, one ``WAIT <most asked> <wait_timeout_ms>``
     follows on the same connection (WAIT counts only that connection's writes).
     Scripts the server did not know are loaded and the batch is sent once more.
-    Sent past the client's pipeline when nothing observes it (see :mod:`.direct`).
+    Sent through the client's ``pipeline()`` (its instrumentation sees the batch).
     Returns each call's raw reply (an exception object for a failed one) and
     WAIT's reply (None without WAIT); raises RedisError if the round trip failed.
     """
     wait = batch_wait(calls)
     commands = _commands(calls, wait, wait_timeout_ms)
-    send = direct.send_many if direct.plain_batch(client) else _pipeline
     for attempt in range(2):
-        results = send(client, commands)
+        results = _pipeline(client, commands)
         missing = missing_scripts(calls, results)
         if not missing or attempt:
             break
-        _raise_first(send(client, [_load(script) for script in missing]))
+        _raise_first(_pipeline(client, [_load(script) for script in missing]))
     return _split(results, wait)
 
 
@@ -123,13 +109,12 @@ async def apipelined(
     """:func:`pipelined` on a ``redis.asyncio`` client."""
     wait = batch_wait(calls)
     commands = _commands(calls, wait, wait_timeout_ms)
-    send = direct.asend_many if direct.plain_batch(client) else _apipeline
     for attempt in range(2):
-        results = await send(client, commands)
+        results = await _apipeline(client, commands)
         missing = missing_scripts(calls, results)
         if not missing or attempt:
             break
-        _raise_first(await send(client, [_load(script) for script in missing]))
+        _raise_first(await _apipeline(client, [_load(script) for script in missing]))
     return _split(results, wait)
 
 
@@ -137,14 +122,23 @@ def _pipeline(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for command in commands:
         pipe.execute_command(*command)
-    return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+    return _detached_errors(pipe.execute(raise_on_error=False))
 
 
 async def _apipeline(client: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for command in commands:
         pipe.execute_command(*command)
-    return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+    return _detached_errors(await pipe.execute(raise_on_error=False))
+
+
+def _detached_errors(replies: list[Any]) -> list[Any]:
+    """*replies* with each error reply's traceback dropped (see ``base.detached``: the
+    pipeline keeps them in a list its frame holds)."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            detached(reply)
+    return replies
 
 
 def batch_results(calls: Sequence[Call], results: list[Any], acks: Any) -> list[Any]:
