@@ -378,7 +378,8 @@ def async_twin(client: redis.Redis) -> Any:
     # Many tasks may run a lock call at once (a waiting task holds no connection,
     # but a burst of calls can), and redis.asyncio's pool fails past its size
     # (100 by default) instead of waiting: allow many. (A BlockingConnectionPool
-    # would wait, but costs a timer task on every command.)
+    # would wait, but costs a timer task on every command.) The backend's gate
+    # (engine/backends/gate.py) bounds the calls in flight well below this.
     # from_pool: the client owns the pool, so closing the client closes its connections.
     pool_size = max(1000, getattr(pool, "max_connections", 0) or 0)
     if pool_size > 10_000:  # redis-py's "unlimited" (2**31): keep a sane bound

@@ -125,7 +125,9 @@ class AsyncWakeHub:
                 pass
         waiter.poked = False
         waiter.event.clear()
-        return waiter.fence
+        # Taken (see WakeHub.wait): a lapsed hand-off is not returned twice.
+        fence, waiter.fence = waiter.fence, None
+        return fence
 
     async def _read(self) -> None:
         pubsub: Any = None

@@ -120,6 +120,8 @@ def run_sync(flow: Flow, backend: Backend) -> Any:
             error = None
             try:
                 if type(effect) is Call:
+                    if waits:
+                        _superseded(waits)
                     reply = run(effect)
                     continue
                 hub = hub or backend.hub()
@@ -157,6 +159,8 @@ async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
             error = None
             try:
                 if type(effect) is Call:
+                    if waits:
+                        _superseded(waits)
                     reply = await backend.run(effect)
                     continue
                 hub = hub or backend.hub()
@@ -174,6 +178,16 @@ async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
             for nonce in waits:
                 hub.unregister(nonce)
         flow.close()
+
+
+def _superseded(waits: dict[str, Any]) -> None:
+    """Drop the hand-offs delivered to *waits* so far: a call about to be sent answers
+    for them. It runs after them, so it finds the lock this wait's (an acquire or a
+    cancel answers so), or it finds their claim window over and the lock gone on:
+    then the wake-up, read late (a reader thread starved among many), must not be
+    trusted by the wait's next park."""
+    for waiter in waits.values():
+        waiter.fence = None
 
 
 def _swallowed_cancel_check() -> Callable[[], bool]:

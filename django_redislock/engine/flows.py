@@ -106,7 +106,7 @@ class AcquireOp:
     __slots__ = (
         "keys", "owner", "nonce", "ttl_arg", "meta", "retention_arg", "name", "known",
         "blocking", "timeout", "claim_inline", "on_contended", "clock", "jitter", "replicas",
-        "deadline", "kind", "deadlock",
+        "deadline", "kind", "deadlock", "asked",
     )  # fmt: skip
 
     def __init__(
@@ -164,6 +164,9 @@ class AcquireOp:
         self.kind = kind
         #: Looks for a wait-for cycle once the wait is long enough (None: never).
         self.deadlock = deadlock
+        #: When a blocking acquire's first call was sent (set by :func:`first_call`;
+        #: 0.0: not yet): a hand-off to this wait is younger than that call.
+        self.asked = 0.0
 
     def call(self, channel: bytes) -> Call:
         """The acquire script call; *channel* b"" means "do not queue when held"."""
@@ -282,7 +285,8 @@ def first_call(op: AcquireOp, channel: bytes) -> Call:
     """The first acquire call of *op*, on *channel* (b"": one attempt, never queued);
     a blocking acquire's wait starts here (its deadline)."""
     if op.blocking:
-        op.deadline = None if op.timeout is None else op.clock() + op.timeout
+        now = op.asked = op.clock()
+        op.deadline = None if op.timeout is None else now + op.timeout
     return op.call(channel)
 
 
@@ -309,14 +313,20 @@ def acquire(op: AcquireOp, first: First | None = None) -> Generator[Effect, Any,
     # Queued. A hand-off published from now on reaches the hub, which keeps it
     # for this wait even if it arrives before the registration.
     subscribed = yield Listen(op.nonce)
+    # When the last call that found the lock not ours was sent: a hand-off to this
+    # wait is younger than that (a call that finds the lock ours already, handed to
+    # this wait before the wake-up was read, does not move it).
+    heard = op.asked or op.clock()
     if not (ready and subscribed):
         # The hub was not subscribed when we queued: a hand-off published
         # meanwhile was missed, so ask once more after subscribing (naming the
         # channel as a confirmed subscription's, see wake.queue_channel).
         yield SUBSCRIBE
         ready, channel = yield HUB_READY
+        asked = op.clock()
         attempt, failed = yield from _ask(op, op.call(channel))
-    heard = op.clock()  # when Redis last answered this acquire
+        if not attempt.held:
+            heard = asked
     while True:
         while not attempt.held:
             pause = next_pause(attempt.value, deadline, op.clock(), op.jitter())
@@ -342,12 +352,16 @@ def acquire(op: AcquireOp, first: First | None = None) -> Generator[Effect, Any,
             if fence is not None:
                 attempt = Attempt(True, fence, 1)
             elif deadline is None or op.clock() < deadline:
+                asked = op.clock()
                 attempt, failed = yield from _ask(op, op.call(channel))
-                heard = op.clock()
+                if not attempt.held:
+                    heard = asked
             # else: time is up -- straight to the cancel, which also finds a hand-off
         # Granted after queueing: a hand-off, leased for the claim window only. Claim
-        # it now if asked to, or if Redis has not been heard from for half the window
-        # (the waiter was paused: the window may have run out and the lock moved on).
+        # it now if asked to, or if it may be older than half the window: the last
+        # call that found the lock not ours was sent that long ago (the waiter was
+        # paused, or starved of the GIL among many threads, or subscribing took
+        # long: the window may have run out and the lock moved on).
         if not (op.claim_inline or op.clock() - heard > _STALE):
             return attempt._replace(handed=True)
         claimed, failed = yield from _ask(op, op.claim_call(), _decode_claim)
@@ -355,8 +369,10 @@ def acquire(op: AcquireOp, first: First | None = None) -> Generator[Effect, Any,
             return attempt._replace(handed=True)
         if failed is None:
             # The claim window ran out before we claimed it: queue again.
+            asked = op.clock()
             attempt, failed = yield from _ask(op, op.call(channel))
-            heard = op.clock()
+            if not attempt.held:
+                heard = asked
         else:
             attempt = claimed
 

@@ -158,7 +158,10 @@ class WakeHub:
                 # taken down as it is taken: a later wake-up raises it again).
                 waiter.event.take(remaining)
         waiter.poked = False
-        return waiter.fence
+        # Taken, not left in the slot: a claim that finds this hand-off lapsed queues
+        # the wait again, and its next wait must not return the same dead hand-off.
+        fence, waiter.fence = waiter.fence, None
+        return fence
 
     def _promote(self) -> None:
         """If nobody reads, wake one waiter still waiting so it takes over."""

@@ -670,6 +670,13 @@ def test_acquire_calls_carry_a_fresh_client_clock() -> None:
 # -- the drivers ---------------------------------------------------------------------------------
 
 
+class FakeWaiter(tuple):  # type: ignore[type-arg]
+    """A registered wait: ``("waiter", nonce)``, with the ``fence`` slot real waiters
+    have (the driver drops a hand-off delivered before each call it sends)."""
+
+    fence: int | None = None
+
+
 class FakeHub:
     """A wake-up hub: records registrations; ``wait`` answers from *fences*."""
 
@@ -688,7 +695,7 @@ class FakeHub:
 
     def register(self, nonce: str) -> Any:
         self.registered.append(nonce)
-        return ("waiter", nonce)
+        return FakeWaiter(("waiter", nonce))
 
     def unregister(self, nonce: str) -> None:
         self.unregistered.append(nonce)
@@ -1072,6 +1079,50 @@ def test_a_hand_off_found_after_a_long_pause_is_claimed_before_it_is_trusted() -
     assert result == Attempt(True, 100, 1, handed=True)
 
 
+def test_a_hand_off_found_by_asking_after_a_slow_subscription_is_claimed() -> None:
+    """The hub subscribed 1.5 s after the first call queued the wait (a thousand
+    threads took their turns): the lock the second call finds already handed to this
+    wait was handed at any time since the first call was sent, so its claim window
+    may be nearly over. It is claimed before it is trusted (issue 42: a holder that
+    trusted it lost the lock before its release)."""
+    clock = FakeClock()
+    op = make_op(blocking=True, clock=clock)
+    result, _ = drive(
+        flows.acquire(op),
+        [
+            Step(hub_ready, reply=(False, CHANNEL)),
+            Step(acquire_run(CHANNEL), reply=held_reply(20_000)),
+            Step(listen, reply=False),
+            Step(subscribe, reply=None, advance=1.5),
+            Step(hub_ready, reply=(True, SURE_CHANNEL)),
+            Step(acquire_run(SURE_CHANNEL), reply=[b"12", b"1"]),
+            Step(_claim_run, reply=1),
+        ],
+        clock,
+    )
+    assert result == Attempt(True, 12, 1, handed=True)
+
+
+def test_a_poll_that_finds_the_hand_off_dates_it_from_the_call_before() -> None:
+    """A poll answered "yours" (the wake-up not read yet): the hand-off came after
+    the previous call that found the lock held, sent 0.9 s + 0.3 s ago, so past half
+    the claim window: claimed. The same poll 0.5 s after that call is trusted."""
+    for before_poll, claimed in ((0.3, True), (-0.4, False)):
+        clock = FakeClock()
+        op = make_op(blocking=True, clock=clock)
+        steps = [
+            Step(hub_ready, reply=(True, CHANNEL)),
+            Step(acquire_run(CHANNEL), reply=held_reply(20_000)),
+            Step(listen, reply=True),
+            Step(park(SLICE), reply=None, advance=SLICE + before_poll),
+            Step(acquire_run(CHANNEL), reply=[b"77", b"1"]),
+        ]
+        if claimed:
+            steps.append(Step(_claim_run, reply=1))
+        result, _ = drive(flows.acquire(op), steps, clock)
+        assert result == Attempt(True, 77, 1, handed=True)
+
+
 # -- replica acknowledgements (Call.replicas, NotReplicated) ------------------------------------
 
 
@@ -1122,3 +1173,31 @@ def test_a_blocking_acquire_retries_an_unconfirmed_grant_until_it_is_confirmed()
     with pytest.raises(StopIteration) as done:
         flow.send(1)
     assert done.value.value == Attempt(True, 8, 1, handed=True)
+
+
+@MODES
+def test_a_hand_off_delivered_before_a_call_is_dropped_when_it_is_sent(mode: str) -> None:
+    """The call answers for it: a hand-off read before an acquire (or cancel) is sent
+    is either found by that call (the lock is this wait's) or was over by then (its
+    claim window ran out while the wake-up waited to be read): then the next park must
+    not return it (issue 42: a thread among a thousand released a lock it had lost)."""
+    seen: list[Any] = []
+
+    def flow() -> Generator[Any, Any, Any]:
+        yield Listen("n1")
+        (waiter,) = hub_waiter
+        waiter.fence = 41  # delivered while the thread did not run
+        seen.append((yield _release_call()))
+        seen.append(waiter.fence)
+
+    backend, hub = fakes(mode, [b"ok"])
+    original = hub.register
+    hub_waiter: list[Any] = []
+
+    def register(nonce: str) -> Any:
+        hub_waiter.append(original(nonce))
+        return hub_waiter[-1]
+
+    hub.register = register  # type: ignore[method-assign]
+    run_driver(mode, flow(), backend)
+    assert seen == [b"ok", None]

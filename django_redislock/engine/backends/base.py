@@ -205,12 +205,42 @@ def scripting_refused(exc: BaseException) -> bool:
     return isinstance(exc, RedisError) and bool(_SCRIPTING_REFUSED.search(str(exc)))
 
 
+#: What a server at ``maxmemory`` needs (the message of an out-of-memory refusal).
+MEMORY_FIX = (
+    "Redis has used its maxmemory and could not free any: with maxmemory-policy "
+    "noeviction it frees none, and with a volatile-* policy (volatile-lru, "
+    "volatile-lfu, volatile-ttl, volatile-random) only keys with an expiry can go, "
+    "so a Redis full of keys without one (a cache written without a timeout, "
+    "sessions, queues) refuses every write that needs memory. Raise maxmemory "
+    "(CONFIG SET maxmemory, or the managed service's memory size), give those keys "
+    "an expiry or delete them, or keep the locks on a Redis of their own with "
+    "maxmemory-policy noeviction (system check W002). Releasing, cancelling a wait, "
+    "renewing and force-releasing still work"
+)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether *exc* is Redis refusing a write at ``maxmemory`` (Redis 7 answers
+    ``OOM ...``, redis-py's OutOfMemoryError; Redis 6.2 reports a write refused inside
+    a script as a script error naming ``-OOM command not allowed``)."""
+    if isinstance(exc, OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RedisError) and (text.startswith("OOM") or "-OOM " in text)
+
+
 def backend_error(exc: BaseException, action: str, name: str | None) -> LockBackendError:
     """Wrap a redis-py exception raised while doing *action* in a LockBackendError
-    (:class:`ScriptingUnavailable` when the server refuses scripts)."""
+    (:class:`ScriptingUnavailable` when the server refuses scripts; one that says
+    what to change when Redis is out of memory)."""
     if scripting_refused(exc):
         err: LockBackendError = ScriptingUnavailable(
             f"Redis refused to run Lua scripts while trying to {action}: {exc}. {SCRIPTING_FIX}.",
+            name=name,
+        )
+    elif out_of_memory(exc):
+        err = LockBackendError(
+            f"Redis is out of memory and refused to {action}: {exc} {MEMORY_FIX}.",
             name=name,
         )
     else:
@@ -223,16 +253,6 @@ def call_error(exc: RedisError, call: Call) -> Exception:
     """The exception a failed *call* raises: AmbiguousReply when it may have run."""
     if isinstance(exc, AMBIGUOUS_ERRORS):
         return AmbiguousReply(exc)
-    # Redis 7 answers "OOM ..." (an OutOfMemoryError); Redis 6.2 reports a write
-    # refused inside a script as a script error naming "-OOM command not allowed".
-    if isinstance(exc, OutOfMemoryError) or str(exc).startswith("OOM") or "-OOM " in str(exc):
-        err = LockBackendError(
-            f"Redis is out of memory (maxmemory reached) and refused to {call.action}: {exc}; "
-            "releasing, cancelling and renewing still work",
-            name=call.name,
-        )
-        err.__cause__ = exc
-        return err
     return backend_error(exc, call.action, call.name)
 
 
