@@ -27,19 +27,17 @@ import redis
 from django.test import override_settings
 
 from django_redislock import LockManager, LockNotAcquired, RunLimited, single_instance
-from django_redislock.engine import (
-    deadlock_scripts,
-    fenced_scripts,
-    observe_scripts,
-    operator_scripts,
-    quorum_scripts,
-    scripts,
-    shaping_scripts,
-    shared_scripts,
-)
 from django_redislock.engine.calls import Call
 from django_redislock.engine.driver import call_sync
-from django_redislock.engine.scripts import Script
+from django_redislock.engine.lua import deadlock as deadlock_scripts
+from django_redislock.engine.lua import fenced as fenced_scripts
+from django_redislock.engine.lua import mutex as scripts
+from django_redislock.engine.lua import observe as observe_scripts
+from django_redislock.engine.lua import operator as operator_scripts
+from django_redislock.engine.lua import quorum as quorum_scripts
+from django_redislock.engine.lua import shaping as shaping_scripts
+from django_redislock.engine.lua import shared as shared_scripts
+from django_redislock.engine.lua.mutex import Script
 from django_redislock.guards.shaping import shaping_key, shaping_state
 from tests.redis_server import RedisServer
 

@@ -3,14 +3,14 @@
 One script per action serves every primitive: on a semaphore's or read-write
 lock's hash (one with a ``type`` field, sent with all five keys) it acts on the
 holders matching the expected owner and fencing token
-(:mod:`.shared_scripts`); on a mutex's hash, or another tool's key, it runs the
+(:mod:`.shared`); on a mutex's hash, or another tool's key, it runs the
 mutex's path (:mod:`.scripts`).
 """
 
 from __future__ import annotations
 
-from .scripts import FORCE_EXTEND, FORCE_RELEASE, Script
-from .shared_scripts import FORCE_EXTEND_PATH, FORCE_RELEASE_PATH
+from .mutex import FORCE_EXTEND, FORCE_RELEASE, Script
+from .shared import FORCE_EXTEND_PATH, FORCE_RELEASE_PATH
 
 _DISPATCH = r"""
 do

@@ -18,7 +18,7 @@ client clock decides whether a start is admitted.
 
 from __future__ import annotations
 
-from .scripts import _CLOCK, Script
+from .mutex import _CLOCK, Script
 
 # KEYS[1]: rate set, KEYS[2]: cooldown key; KEYS[3] (optional): the guard's lock hash.
 # ARGV[1]: limit (0: no rate limit), ARGV[2]: window (ms), ARGV[3]: this start's nonce;

@@ -134,7 +134,7 @@ end
 )
 
 # A record's or entry's first n '|'-separated fields, then the rest (meta, which may
-# contain '|'); and the first live waiter of the queue. Shared with shared_scripts.
+# contain '|'); and the first live waiter of the queue. Shared with shared.py.
 _SPLIT = r"""
 local function split(s, n)
   local out, start = {}, 1
@@ -732,7 +732,7 @@ return -1
 # ARGV: expected owner ('' = any), expected fence ('' = any), retention_ms,
 #       unowned_only ('1': only a key with neither owner nor fence, another tool's).
 # Returns 1 when deleted, 0 when there was no lock, -1 when it did not match.
-# (operator_scripts adds the path for semaphores and read-write locks.)
+# (operator.py adds the path for semaphores and read-write locks.)
 FORCE_RELEASE = (
     _GRANT
     + _QUEUE
@@ -754,7 +754,7 @@ return 1
 )
 
 
-# KEYS[1]: the lock hash (operator_scripts adds the path for semaphores and
+# KEYS[1]: the lock hash (operator.py adds the path for semaphores and
 # read-write locks, with all five keys).  ARGV: expected owner ('' = any),
 # expected fence ('' = any), ms, unowned_only ('1': only a key with neither
 # owner nor fence).

@@ -13,7 +13,7 @@ Keys as in :mod:`.scripts`: lock hash, slot hash, (queue, unused), waiters hash.
 
 from __future__ import annotations
 
-from .scripts import (
+from .mutex import (
     ENTRY_LIFE_MS,
     GRANT_FRAGMENT,
     REENTER_FRAGMENT,
