@@ -29,6 +29,7 @@ from django.test import override_settings
 from django_redislock import LockManager, LockNotAcquired, RunLimited, single_instance
 from django_redislock.engine.calls import Call
 from django_redislock.engine.driver import call_sync
+from django_redislock.engine.lua import common as common_scripts
 from django_redislock.engine.lua import deadlock as deadlock_scripts
 from django_redislock.engine.lua import fenced as fenced_scripts
 from django_redislock.engine.lua import mutex as scripts
@@ -37,7 +38,7 @@ from django_redislock.engine.lua import operator as operator_scripts
 from django_redislock.engine.lua import quorum as quorum_scripts
 from django_redislock.engine.lua import shaping as shaping_scripts
 from django_redislock.engine.lua import shared as shared_scripts
-from django_redislock.engine.lua.mutex import Script
+from django_redislock.engine.lua.common import Script
 from django_redislock.guards.shaping import shaping_key, shaping_state
 from tests.redis_server import RedisServer
 
@@ -283,6 +284,7 @@ def test_every_script_names_a_key_on_one_redis(server: RedisServer) -> None:
     _shaping_workload(m)
     sent = _assert_every_script_names_a_key(monitor.stop())
     expected = _package_scripts(
+        common_scripts,
         scripts,
         shared_scripts,
         operator_scripts,
@@ -326,8 +328,8 @@ def test_the_workloads_cover_every_module_with_scripts() -> None:
     import django_redislock.engine as engine
 
     covered = {
-        scripts, shared_scripts, operator_scripts, observe_scripts, fenced_scripts,
-        deadlock_scripts, quorum_scripts, shaping_scripts,
+        common_scripts, scripts, shared_scripts, operator_scripts, observe_scripts,
+        fenced_scripts, deadlock_scripts, quorum_scripts, shaping_scripts,
     }  # fmt: skip
     with_scripts = set()
     for info in pkgutil.walk_packages(engine.__path__, engine.__name__ + "."):

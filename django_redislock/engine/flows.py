@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 from ..exceptions import LockBackendError, LockNotReplicated
 from .calls import AmbiguousReply, Attempt, Call, NotReplicated, decode_attempt
 from .deadlock import DeadlockWatch
-from .lua.mutex import HANDOFF_CLAIM_MS
+from .lua.common import HANDOFF_CLAIM_MS
 from .mutex import FAIR, Kind
 
 #: Upper bound of one wait between fallback polls (seconds).

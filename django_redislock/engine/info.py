@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .lua.mutex import HANDOFF_CLAIM_MS
+from .lua.common import HANDOFF_CLAIM_MS
 from .shared import MODE_NAMES
 
 

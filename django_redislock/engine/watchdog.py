@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..exceptions import LockBackendError
 from .calls import AmbiguousReply, Call
 from .identity import on_fork_in_child
-from .lua.mutex import LOST_SCRIPT
+from .lua.common import LOST_SCRIPT
 from .mutex import FAIR, Kind
 
 if TYPE_CHECKING:

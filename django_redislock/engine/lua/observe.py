@@ -6,7 +6,7 @@ leadership is a mutex hold and its term is that hold's fencing token.
 
 from __future__ import annotations
 
-from .mutex import LISTENING_FRAGMENT, Script
+from .common import LISTENING_FRAGMENT, Script
 
 # Observers of an election (processes that watch who leads without campaigning) are
 # pushed the news: each wait registers "<channel> <nonce>" in the watchers hash
