@@ -37,7 +37,7 @@ setup()
 
 from django_redislock import LockManager  # noqa: E402
 from django_redislock.engine.calls import Call  # noqa: E402
-from django_redislock.engine.scripts import renew_script  # noqa: E402
+from django_redislock.engine.lua.mutex import renew_script  # noqa: E402
 from tests.redis_cluster import Cluster  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 

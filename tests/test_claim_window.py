@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_redislock import Lock, locks
-from django_redislock.engine.scripts import HANDOFF_CLAIM_MS
+from django_redislock.engine.lua.common import HANDOFF_CLAIM_MS
 from tests.holding import QueuedWaiters, queued, wait_until
 from tests.test_multiprocess import _expect_line, _spawn
 

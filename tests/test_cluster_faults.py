@@ -22,7 +22,7 @@ import redis.asyncio
 from django_redislock import LockManager, signals
 from django_redislock.engine.backends.cluster import AsyncClusterBackend, ClusterBackend
 from django_redislock.engine.calls import Call, NotReplicated
-from django_redislock.engine.scripts import renew_script
+from django_redislock.engine.lua.mutex import renew_script
 from django_redislock.exceptions import LockBackendError
 from tests.redis_cluster import Cluster, RedisServer, shared_cluster
 from tests.replication import wait_until

@@ -317,7 +317,7 @@ def test_processes_nesting_without_cycles_are_never_refused(name: str) -> None:
 
 
 def test_every_deadlock_script_names_its_keys(name: str) -> None:
-    from django_redislock.engine import deadlock_scripts
+    from django_redislock.engine.lua import deadlock as deadlock_scripts
     from tests.redis_server import RedisServer
     from tests.test_script_keys import (
         Monitor,

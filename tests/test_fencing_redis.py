@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from django_redislock import LockLost, LockManager, LockMismatch, LockNotOwned, locks
-from django_redislock.engine import fenced_scripts
+from django_redislock.engine.lua import fenced as fenced_scripts
 from django_redislock.exceptions import FencingUnsupported, StaleFencingToken
 from tests.redis_server import RedisServer
 from tests.test_script_keys import Monitor, _assert_every_script_names_a_key, _package_scripts

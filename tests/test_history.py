@@ -19,7 +19,7 @@ from django.conf import settings
 
 from django_redislock import locks
 from django_redislock.engine.history import hold_spread, wait_spread
-from django_redislock.engine.scripts import HISTORY_MAX
+from django_redislock.engine.lua.common import HISTORY_MAX
 from tests.holding import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

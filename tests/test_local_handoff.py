@@ -21,7 +21,7 @@ import redis
 
 from django_redislock import LockManager
 from django_redislock.engine import flows
-from django_redislock.engine.scripts import WAKE_SURE
+from django_redislock.engine.lua.common import WAKE_SURE
 from django_redislock.engine.wake import release_outcome
 
 WAIT = 5.0

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from django_redislock import LockManager, LockMismatch, LockNotAcquired, signals
-from django_redislock.engine.scripts import claim_script
+from django_redislock.engine.lua.mutex import claim_script
 from tests.holding import queued, wait_until
 from tests.tcp_proxy import TcpProxy
 

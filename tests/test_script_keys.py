@@ -27,19 +27,18 @@ import redis
 from django.test import override_settings
 
 from django_redislock import LockManager, LockNotAcquired, RunLimited, single_instance
-from django_redislock.engine import (
-    deadlock_scripts,
-    fenced_scripts,
-    observe_scripts,
-    operator_scripts,
-    quorum_scripts,
-    scripts,
-    shaping_scripts,
-    shared_scripts,
-)
 from django_redislock.engine.calls import Call
 from django_redislock.engine.driver import call_sync
-from django_redislock.engine.scripts import Script
+from django_redislock.engine.lua import common as common_scripts
+from django_redislock.engine.lua import deadlock as deadlock_scripts
+from django_redislock.engine.lua import fenced as fenced_scripts
+from django_redislock.engine.lua import mutex as scripts
+from django_redislock.engine.lua import observe as observe_scripts
+from django_redislock.engine.lua import operator as operator_scripts
+from django_redislock.engine.lua import quorum as quorum_scripts
+from django_redislock.engine.lua import shaping as shaping_scripts
+from django_redislock.engine.lua import shared as shared_scripts
+from django_redislock.engine.lua.common import Script
 from django_redislock.guards.shaping import shaping_key, shaping_state
 from tests.redis_server import RedisServer
 
@@ -285,6 +284,7 @@ def test_every_script_names_a_key_on_one_redis(server: RedisServer) -> None:
     _shaping_workload(m)
     sent = _assert_every_script_names_a_key(monitor.stop())
     expected = _package_scripts(
+        common_scripts,
         scripts,
         shared_scripts,
         operator_scripts,
@@ -328,8 +328,8 @@ def test_the_workloads_cover_every_module_with_scripts() -> None:
     import django_redislock.engine as engine
 
     covered = {
-        scripts, shared_scripts, operator_scripts, observe_scripts, fenced_scripts,
-        deadlock_scripts, quorum_scripts, shaping_scripts,
+        common_scripts, scripts, shared_scripts, operator_scripts, observe_scripts,
+        fenced_scripts, deadlock_scripts, quorum_scripts, shaping_scripts,
     }  # fmt: skip
     with_scripts = set()
     for info in pkgutil.walk_packages(engine.__path__, engine.__name__ + "."):

@@ -23,7 +23,7 @@ from django.test import AsyncClient, Client
 from django.urls import path
 
 from django_redislock import LockManager, LockNotAcquired, RunLimited, single_instance
-from django_redislock.engine.scripts import release_script
+from django_redislock.engine.lua.mutex import release_script
 from django_redislock.guards.shaping import ShapingUnsupported, parse_rate, shaping_state
 from django_redislock.signals import lock_released
 from tests import shaping_faults

@@ -308,7 +308,7 @@ def test_a_coalescing_task_execution_asks_its_pending_slot_in_its_attempt(
     from celery import Celery, states
     from celery.app.trace import build_tracer
 
-    from django_redislock.engine.scripts import TRANSFER
+    from django_redislock.engine.lua.mutex import TRANSFER
 
     app = Celery("one-trip-coalesce", set_as_current=False)
     app.conf.update(broker_url="memory://", result_backend=None, task_ignore_result=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from django_redislock import locks
-from django_redislock.engine.scripts import ENTRY_LIFE_MS
+from django_redislock.engine.lua.common import ENTRY_LIFE_MS
 from tests.holding import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,7 +30,7 @@ newer run that made it stale): ``AsyncResult(marker["run"]).get()`` waits for th
 run's result. The sweeper stores its marker before its message is sent again.
 
 Every decision is one script on the key's hash tag (``PEND``, ``TAKE``,
-``SWEEP`` in :mod:`django_redislock.engine.shaping_scripts`).
+``SWEEP`` in :mod:`django_redislock.engine.lua.shaping`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from kombu.utils import json as kombu_json
 from ..conf import setting
 from ..engine.calls import Call
 from ..engine.driver import call_sync
-from ..engine.shaping_scripts import PEND, SWEEP, TAKE
+from ..engine.lua.shaping import PEND, SWEEP, TAKE
 from ..guards.guard import GuardConfig, lease_left, release_task_hold
 from ..guards.shaping import ASK_AGAIN, ShapingUnsupported, attempt_carrying, shaping_key
 from ..primitives import at_once

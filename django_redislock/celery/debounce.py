@@ -6,7 +6,7 @@ itself and replaces its arguments; the run happens once no call came for N secon
 with the last call's arguments ("reindex after the edits stop").
 
 How: every call writes its arguments and the new due time to the key's debounce
-hash (one script, ``DEBOUNCE`` in :mod:`django_redislock.engine.shaping_scripts`,
+hash (one script, ``DEBOUNCE`` in :mod:`django_redislock.engine.lua.shaping`,
 by Redis's clock). The first call of a quiet period is the **timer**: its message
 is sent again (same task id, no retry counted) to come back at the due time; back
 early (later calls moved the due time), it is sent again for the new due time.
@@ -37,7 +37,7 @@ from kombu.utils import json as kombu_json
 
 from ..engine.calls import Call
 from ..engine.driver import call_sync
-from ..engine.shaping_scripts import DEBOUNCE
+from ..engine.lua.shaping import DEBOUNCE
 from ..guards.guard import GuardConfig
 from ..guards.shaping import ShapingUnsupported, shaping_key
 from .sequence import headers_of, seq_of

@@ -13,7 +13,7 @@ timer's, the hand-on of a pending call) carry theirs on.
 
 The key's scripts then refuse a call older than the newest one that has run or
 been handed on (``ran`` in the same hash; see
-:mod:`django_redislock.engine.shaping_scripts`): a copy of an old call never runs,
+:mod:`django_redislock.engine.lua.shaping`): a copy of an old call never runs,
 or becomes pending, after a newer one.
 
 A message sent where this package is not imported (another service sending the
@@ -33,7 +33,7 @@ from celery.signals import before_task_publish
 
 from ..engine.calls import Call
 from ..engine.driver import call_sync
-from ..engine.shaping_scripts import NUMBER
+from ..engine.lua.shaping import NUMBER
 from ..guards.guard import GuardConfig, task_hooks
 from ..guards.keys_template import KeySpec
 from ..guards.shaping import shaping_key

@@ -5,7 +5,7 @@ registers its wake-up hub's channel and a nonce in ``P:watchers:{NAME}`` (the WA
 script, which also returns the current term and the leader's remaining lease in the
 same round trip), and whoever changes the leadership through an ``Election`` -- a new
 leader once elected, a leader that resigns -- pokes every registered observer (the
-ANNOUNCE script, ``engine/observe_scripts.py``). The hub delivers the poke like a waiter's.
+ANNOUNCE script, ``engine/lua/observe.py``). The hub delivers the poke like a waiter's.
 
 Not every change is announced: a leader that dies with no standby announces nothing,
 and a lease simply runs out. So the observer also wakes when the leader's lease (as the
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_redislock.engine.calls import Call
 from django_redislock.engine.flows import HUB_READY, SUBSCRIBE, Effect, Listen, Park, run
-from django_redislock.engine.observe_scripts import announce_script, watch_script
+from django_redislock.engine.lua.observe import announce_script, watch_script
 
 if TYPE_CHECKING:
     from django_redislock.engine.keys import KeySpace

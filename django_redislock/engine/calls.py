@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..exceptions import LockError
-from .scripts import Script
+from .lua.common import Script
 
 
 class RunCompleted(LockError):

@@ -37,8 +37,8 @@ from typing import Any, NamedTuple
 
 from ..exceptions import LockDeadlock, LockError
 from .calls import Call
-from .deadlock_scripts import edge_script, mark_script, pointer_script
 from .keys import KeySpace
+from .lua.deadlock import edge_script, mark_script, pointer_script
 
 #: How often (s) a waiter past its deadlock_timeout looks again.
 RECHECK = 0.5

@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from ..exceptions import FencingUnsupported, LockBackendError, StaleFencingToken
 from .calls import AmbiguousReply, Call
-from .fenced_scripts import check_script, guarded_write_script
+from .lua.fenced import check_script, guarded_write_script
 from .shared import refusal
 from .validate import validate_name
 

@@ -31,8 +31,8 @@ from typing import Any, NamedTuple
 from ..exceptions import LockBackendError, LockNotReplicated
 from .calls import AmbiguousReply, Attempt, Call, NotReplicated, decode_attempt
 from .deadlock import DeadlockWatch
+from .lua.common import HANDOFF_CLAIM_MS
 from .mutex import FAIR, Kind
-from .scripts import HANDOFF_CLAIM_MS
 
 #: Upper bound of one wait between fallback polls (seconds).
 POLL_SLICE = 1.0

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .calls import Call
-from .scripts import HISTORY_MAX, HISTORY_SCRIPT
+from .lua.common import HISTORY_MAX, HISTORY_SCRIPT
 
 #: The events a history records, with what an operator reads for each.
 EVENTS = {

@@ -2,7 +2,7 @@
 
 A mutex has one holder, whose fields are the lock's own; a semaphore or
 read-write lock has several (:class:`HolderInfo`, one per holder and mode),
-read from their records in the lock hash (see :mod:`.shared_scripts`).
+read from their records in the lock hash (see :mod:`.lua.shared`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .scripts import HANDOFF_CLAIM_MS
+from .lua.common import HANDOFF_CLAIM_MS
 from .shared import MODE_NAMES
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..exceptions import LockError
 from .calls import Call
 from .keys import LockKeys
-from .scripts import (
+from .lua.mutex import (
     acquire_script,
     cancel_script,
     claim_script,

@@ -26,20 +26,20 @@ from typing import Any, NamedTuple
 
 from ..exceptions import LockError, QuorumNotReached
 from .calls import Call, decode_attempt
-from .operator_scripts import force_extend_script, force_release_script
-from .quorum_scripts import (
-    rl_acquire_script,
-    rl_cancel_script,
-    rl_commit_script,
-    rl_release_script,
-)
-from .scripts import (
+from .lua.mutex import (
     acquire_script,
     cancel_script,
     claim_script,
     extend_script,
     release_script,
     renew_script,
+)
+from .lua.operator import force_extend_script, force_release_script
+from .lua.quorum import (
+    rl_acquire_script,
+    rl_cancel_script,
+    rl_commit_script,
+    rl_release_script,
 )
 
 #: The clock drift allowance: this share of the lease, plus DRIFT_MS.

@@ -2,7 +2,7 @@
 ``locks.shaping(name)``, the admin and ``manage.py redislock show`` (pure: the call and
 its reply's decoding; the I/O is the caller's).
 
-The keys are those of :mod:`.shaping_scripts`, under the lock name's hash tag. The
+The keys are those of :mod:`.lua.shaping`, under the lock name's hash tag. The
 rate window need not be known: every admission leaves the log with an expiry of one
 window, so the window is the time since the newest start plus the log's PTTL.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ShapingUnsupported
 from .calls import Call
-from .shaping_scripts import STATE
+from .lua.shaping import STATE
 
 if TYPE_CHECKING:
     from .backends.base import AsyncBackend, Backend

@@ -1,7 +1,7 @@
 """The calls of a hold of a semaphore or read-write lock (pure).
 
 A hold of a primitive with several holders differs from a mutex's
-(:class:`~.mutex.Mutex`) only in its scripts (:mod:`.shared_scripts`), its keys
+(:class:`~.mutex.Mutex`) only in its scripts (:mod:`.lua.shared`), its keys
 (the five of ``LockKeys.shared``; a renewal takes the lock hash and the lease
 set), and its *mode*: ``s`` (a permit of a semaphore of ``limit`` permits),
 ``r`` (a read) or ``w`` (a write). A :class:`Shared` says which, and makes those
@@ -17,7 +17,7 @@ from typing import Any
 from ..exceptions import LimitMismatch, LockError, LockMismatch, LockUpgradeError
 from .calls import Call, RunCompleted
 from .keys import LockKeys
-from .shared_scripts import (
+from .lua.shared import (
     acquire_shared_script,
     cancel_shared_script,
     extend_shared_script,

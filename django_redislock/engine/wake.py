@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .scripts import WAKE_SURE
+from .lua.common import WAKE_SURE
 
 #: Hand-offs kept for waiters that have not registered yet (oldest dropped).
 EARLY_GRANTS_KEPT = 256

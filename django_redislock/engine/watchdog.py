@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Protocol
 from ..exceptions import LockBackendError
 from .calls import AmbiguousReply, Call
 from .identity import on_fork_in_child
+from .lua.common import LOST_SCRIPT
 from .mutex import FAIR, Kind
-from .scripts import LOST_SCRIPT
 
 if TYPE_CHECKING:
     from .backends.base import Backend

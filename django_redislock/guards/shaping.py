@@ -3,9 +3,9 @@
 ``@single_instance(key, rate="10/m")`` admits at most 10 starts per sliding minute
 per key; ``cooldown=60`` keeps the key taken for 60 s after each run ends. Both
 are decided **after** the guard's lock is acquired, in one script
-(:data:`~django_redislock.engine.shaping_scripts.ADMIT`), and a run that ends
+(:data:`~django_redislock.engine.lua.shaping.ADMIT`), and a run that ends
 starts its cooldown **before** it releases the lock, in the release's round trip
-(:data:`~django_redislock.engine.shaping_scripts.COOL`, sent just before the release
+(:data:`~django_redislock.engine.lua.shaping.COOL`, sent just before the release
 script): whoever takes the lock next, even a waiter it is handed to, finds the
 cooldown. A refused start releases
 the lock at once and applies ``on_limited``.
@@ -47,7 +47,7 @@ from django.http import HttpResponse
 from ..engine.calls import Call, Prior
 from ..engine.driver import call_async, call_sync
 from ..engine.identity import new_nonce
-from ..engine.shaping_scripts import ADMIT, COOL
+from ..engine.lua.shaping import ADMIT, COOL
 from ..engine.shaping_state import ShapingState, decode_state, shaping_key, state_call
 from ..exceptions import LockError, RunLimited, ShapingUnsupported
 from ..primitives import at_once

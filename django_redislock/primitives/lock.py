@@ -35,8 +35,8 @@ from ..engine.guarding import guard_owner
 from ..engine.holds import Hold, HoldTable, known_holds
 from ..engine.identity import current_owner, new_nonce
 from ..engine.keys import LockKeys
+from ..engine.lua.common import HANDOFF_CLAIM_MS
 from ..engine.mutex import Kind, Mutex, mutex_kind
-from ..engine.scripts import HANDOFF_CLAIM_MS
 from ..engine.shared import Shared
 from ..engine.validate import (
     json_dict,

@@ -21,7 +21,7 @@ from ..engine.contention import Contention, overview
 from ..engine.driver import call_async, call_sync
 from ..engine.history import HistoryEvent, histories_by_key, history_call, parse_history
 from ..engine.info import LockInfo
-from ..engine.operator_scripts import force_extend_script, force_release_script
+from ..engine.lua.operator import force_extend_script, force_release_script
 from ..engine.shaping_state import ShapingState, decode_state, state_call
 from ..engine.validate import to_millis, validate_name, validate_seconds
 from ..exceptions import LockBackendError, about_lock

@@ -8,7 +8,7 @@ own fencing token and record (shown in the admin); waiters queue in FIFO order
 and a release hands the permit to the first of them. Like a ``Lock``, a permit
 is re-entrant per owner: an owner (a thread, an asyncio task, or an explicit
 ``owner``) holds at most one permit, and acquiring again counts one more hold
-of it. The scripts are in :mod:`django_redislock.engine.shared_scripts`.
+of it. The scripts are in :mod:`django_redislock.engine.lua.shared`.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def test_a_message_without_fence_is_a_poke(data: bytes | str) -> None:
 
 def test_a_slots_history_is_read_from_its_ring_by_lock_key() -> None:
     from django_redislock.engine.history import histories_by_key, parse_history
-    from django_redislock.engine.scripts import HISTORY_MAX
+    from django_redislock.engine.lua.common import HISTORY_MAX
 
     handoff = b'{"e":"handoff","t":1700000000000,"k":"rl:{a}","o":"a","h":1200,"w":"b","wt":300}'
     timeout = '{"e":"timeout","t":1699999999000,"k":"rl:{b}","o":"a","w":"c","wt":50}'

@@ -18,7 +18,7 @@ import pytest
 from django_redislock.engine import driver, flows
 from django_redislock.engine.calls import AmbiguousReply, Attempt, Call, NotReplicated
 from django_redislock.engine.flows import HUB_READY, SUBSCRIBE, AcquireOp, Listen, Park, Run
-from django_redislock.engine.scripts import acquire_script, cancel_script, release_script
+from django_redislock.engine.lua.mutex import acquire_script, cancel_script, release_script
 from django_redislock.exceptions import LockBackendError, LockError, LockNotReplicated
 
 KEYS = (b"rl:{job}", b"rl:slot:{job}", b"rl:queue:{job}", b"rl:waiters:{job}")

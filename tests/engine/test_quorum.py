@@ -6,6 +6,8 @@ import pytest
 
 from django_redislock.engine.calls import Call
 from django_redislock.engine.info import LockInfo
+from django_redislock.engine.lua.mutex import acquire_script
+from django_redislock.engine.lua.quorum import rl_commit_script
 from django_redislock.engine.quorum import (
     AcquireOutcome,
     QuorumNotReached,
@@ -20,8 +22,6 @@ from django_redislock.engine.quorum import (
     quorum,
     validity_ms,
 )
-from django_redislock.engine.quorum_scripts import rl_commit_script
-from django_redislock.engine.scripts import acquire_script
 
 LOST = TimeoutError("no answer")
 

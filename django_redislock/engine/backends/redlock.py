@@ -19,7 +19,7 @@ replies mean. Only the I/O is here:
   the rounds of a call for both backends.
 * **Connections that cannot hang on a dead master**: see :mod:`.masters`.
 * **No queue.** Waiters are recorded per master and poked by the release; see
-  :mod:`..quorum_scripts`. Waiting is therefore not first come, first served.
+  :mod:`..lua.quorum`. Waiting is therefore not first come, first served.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ from ...exceptions import ScriptingUnavailable
 from ..calls import Call
 from ..info import LockInfo
 from ..keys import KeySpace
+from ..lua.mutex import (
+    acquire_script,
+    cancel_script,
+)
 from ..quorum import (
     commit_call,
     decide_commit,
@@ -45,10 +49,6 @@ from ..quorum import (
     plan,
     quorum,
     undo_call,
-)
-from ..scripts import (
-    acquire_script,
-    cancel_script,
 )
 from ..wakeup import WakeHub, hub_for
 from . import server

@@ -22,7 +22,7 @@ from ...exceptions import ScriptingUnavailable
 from ..calls import Call
 from ..info import WAITERS_SHOWN, LockInfo, waiters_from_redis
 from ..keys import KeySpace
-from ..scripts import PROBE_SCRIPT, Script
+from ..lua.common import PROBE_SCRIPT, Script
 from .base import backend_error, batch_wait, detached, replicated_results
 
 

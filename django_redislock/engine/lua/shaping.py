@@ -18,7 +18,7 @@ client clock decides whether a start is admitted.
 
 from __future__ import annotations
 
-from .scripts import _CLOCK, Script
+from .common import CLOCK_FRAGMENT, Script
 
 # KEYS[1]: rate set, KEYS[2]: cooldown key; KEYS[3] (optional): the guard's lock hash.
 # ARGV[1]: limit (0: no rate limit), ARGV[2]: window (ms), ARGV[3]: this start's nonce;
@@ -35,7 +35,7 @@ local R, C = KEYS[1], KEYS[2]
 local limit, window, nonce = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 if KEYS[3] and redis.call('HGET', KEYS[3], 'owner') ~= ARGV[4] then return {2} end
 """
-    + _CLOCK
+    + CLOCK_FRAGMENT
     + r"""
 if limit > 0 and redis.call('ZSCORE', R, nonce) then
   return {1, redis.call('ZCARD', R)}
@@ -70,7 +70,7 @@ _COOL = (
     r"""
 local C = KEYS[1]
 """
-    + _CLOCK
+    + CLOCK_FRAGMENT
     + r"""
 local ends = now_ms() + tonumber(ARGV[1])
 redis.call('SET', C, num(ends), 'PX', ARGV[1])
@@ -92,7 +92,7 @@ _STATE = (
 local R, C, P, D = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local window = tonumber(ARGV[1])
 """
-    + _CLOCK
+    + CLOCK_FRAGMENT
     + r"""
 local now = now_ms()
 if window == 0 then
@@ -183,7 +183,7 @@ PEND = Script("SHAPE_PEND", _PEND)
 # Retires the pending slot's sweeper *sweeper* (the slot was taken or superseded):
 # Lua shared by TAKE and SWEEP (``keep``: how long a retired id is remembered, ms).
 _RETIRE = (
-    _CLOCK
+    CLOCK_FRAGMENT
     + r"""
 local function retire(R, sweeper, keep)
   if not sweeper then return end
@@ -277,7 +277,7 @@ local seq = tonumber(ARGV[6])
 local s = redis.call('HMGET', D, 'fire', 'timer', 'due', 'call', 'seq', 'fired', 'run')
 if me ~= '' and s[1] == me then return {'run'} end
 """
-    + _CLOCK
+    + CLOCK_FRAGMENT
     + r"""
 local now = now_ms()
 if me ~= '' and s[2] == me then

@@ -1,12 +1,12 @@
 """The scripts that push an election's news to its observers (text only).
 
-A term's own check is store-enforced fencing's CHECK (:mod:`.fenced_scripts`): a
+A term's own check is store-enforced fencing's CHECK (:mod:`.fenced`): a
 leadership is a mutex hold and its term is that hold's fencing token.
 """
 
 from __future__ import annotations
 
-from .scripts import LISTENING_FRAGMENT, Script
+from .common import LISTENING_FRAGMENT, Script
 
 # Observers of an election (processes that watch who leads without campaigning) are
 # pushed the news: each wait registers "<channel> <nonce>" in the watchers hash

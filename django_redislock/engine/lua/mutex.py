@@ -35,23 +35,23 @@ to the next waiter at once.
 
 from __future__ import annotations
 
-import hashlib
+from .common import (
+    CLOCK_FRAGMENT,
+    ENQUEUE_FRAGMENT,
+    ENTRY_LIFE_MS,
+    HANDOFF_CLAIM_MS,
+    HISTORY_FRAGMENT,
+    LISTENING_FRAGMENT,
+    LIVE_HEAD_FRAGMENT,
+    SPLIT_FRAGMENT,
+    Script,
+    entry_fields_fragment,
+)
 
 # Shared by every script that may grant the lock. On Redis 7 each redis.call
 # costs microseconds of overhead and so does defining helper functions, so the
 # fast paths are written first and the queue helpers (_QUEUE) are only defined
 # on the slow paths that need them.
-# Redis's clock, read once per script (TIME), and integers as text for Redis.
-_CLOCK = r"""
-local clock
-local function now_us()
-  if not clock then clock = redis.call('TIME') end
-  return tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-end
-local function now_ms() return math.floor(now_us() / 1000) end
-local function num(x) return string.format('%.0f', x) end
-"""
-
 _KEYS = r"""
 local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 """
@@ -59,7 +59,7 @@ local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 # Defined after a script's fast path where that path grants nothing (a release):
 # each function definition costs the script time on every run.
 _GRANT_FUNCTION = (
-    _CLOCK
+    CLOCK_FRAGMENT
     + r"""
 
 -- While someone waits, the waiter entries name the holder ('~cur': owner|since|meta),
@@ -133,134 +133,6 @@ end
 """
 )
 
-# A record's or entry's first n '|'-separated fields, then the rest (meta, which may
-# contain '|'); and the first live waiter of the queue. Shared with shared_scripts.
-_SPLIT = r"""
-local function split(s, n)
-  local out, start = {}, 1
-  for i = 1, n do
-    local j = string.find(s, '|', start, true)
-    out[i] = string.sub(s, start, j - 1)
-    start = j + 1
-  end
-  out[n + 1] = string.sub(s, start)
-  return out
-end
-"""
-
-# A waiter entry's channel, and whether the waiter marked it as subscribed on this
-# very server (a leading WAKE_SURE), so that PUBLISH's count tells whether its
-# process still listens (see handoff; not on a cluster, whose subscribers are on
-# any node, nor while the waiter's subscription is not confirmed).
-_LISTENING = r"""
-local function listening(channel)
-  if string.byte(channel, 1) == SURE_BYTE then return string.sub(channel, 2), true end
-  return channel, false
-end
-"""
-
-_LIVE_HEAD = r"""
--- The first waiter whose entry has not expired; dead entries are dropped.
-local function live_head()
-  while true do
-    local w = redis.call('LINDEX', Q, 0)
-    if not w then return nil end
-    local e = redis.call('HGET', E, w)
-    if e and tonumber(string.sub(e, 1, string.find(e, '|', 1, true) - 1)) >= now_ms() then
-      return w, e
-    end
-    redis.call('LPOP', Q)
-    if e then redis.call('HDEL', E, w) end
-  end
-end
-"""
-
-_ENQUEUE = r"""
--- Queue *owner* (or refresh its entry) for the wait *nonce*; *tail* is the entry
--- after its expiry, since and deadline (ttl|channel|nonce|...); *wait_left* is
--- how long the waiter still waits, in ms ('' = no limit). A waiter asking again
--- (woken, or at its fallback poll) keeps an entry of this wait with more than
--- half its life left and the same tail (its channel is marked once its subscription
--- is confirmed: see listening), and the keys live at least as long. "since" (when this
--- wait began) and the deadline are Redis's clock, for inspection only.
-local function enqueue(owner, nonce, life, tail, wait_left)
-  local now = now_ms()
-  local since = now
-  local old = redis.call('HGET', E, owner)
-  if old then
-    if entry_fields(old)[4] == nonce then
-      local p = split(old, 2)
-      if tonumber(p[1]) > now + life / 2 and string.sub(old, -#tail) == tail then
-        return false
-      end
-      since = tonumber(p[2]) or now
-    end
-  end
-  local deadline = ''
-  if wait_left ~= nil and wait_left ~= '' then deadline = num(now + tonumber(wait_left)) end
-  local head = num(now + life) .. '|' .. num(since) .. '|' .. deadline
-  redis.call('HSET', E, owner, head .. '|' .. tail)
-  if not old then redis.call('RPUSH', Q, owner) end
-  redis.call('PEXPIRE', Q, life)
-  redis.call('PEXPIRE', E, life)
-  return true
-end
-"""
-
-
-def entry_fields_fragment(fields: int) -> str:
-    """Lua ``entry_fields(e)``: a queue entry ``expiry|since|deadline|<fields>...``
-    with *fields* fields after the deadline (the last one, the metadata, may
-    contain ``|``) as ``{expiry, <fields>}``: since and deadline are for
-    inspection only, so the scripts never see them."""
-    return f"""
-local function entry_fields(e)
-  local p = split(e, {fields + 2})
-  table.remove(p, 2)
-  table.remove(p, 2)
-  return p
-end
-"""
-
-
-_HISTORY = r"""
--- The locks' recent history, written on slow paths only (a hand-off, an expiry
--- someone waited through, a waiter giving up, an operator's release): the last
--- HISTORY_MAX events of the slot's locks in the slot hash, a ring of fields h0, h1,
--- ... with 'hn' the number of the newest, each naming its lock's key ('k'; read by
--- HISTORY and engine/history.py). A hand-off writes
--- one, so an event is one small write: nothing older is read or rewritten; with
--- *later* (a list of fields and values), the write is left to the caller, which
--- makes it with its own; *n* (with *later*): the event's number, when the caller read
--- 'hn' with something else. Every path writes something that frees memory first, so
--- a full Redis does not refuse it.
-local function record(entry, later, n)
-  entry.t, entry.k = now_ms(), L
-  if n then  -- the caller read 'hn' already: the new number goes with *later*
-    later[#later + 1] = 'hn'
-    later[#later + 1] = n
-  else
-    n = redis.call('HINCRBY', F, 'hn', 1)
-  end
-  local field, text = 'h' .. (n % HISTORY_MAX), cjson.encode(entry)
-  if later then
-    later[#later + 1] = field
-    later[#later + 1] = text
-  else
-    redis.call('HSET', F, field, text)
-  end
-end
-
--- A waiter's entry as a history entry's "waited" part (its metadata is the
--- entry's last field, whatever the primitive).
-local function waited_by(entry, w, e)
-  entry.w = w
-  entry.wt = now_ms() - (tonumber(split(e, 2)[2]) or now_ms())
-  local f = entry_fields(e)
-  entry.wm = f[#f]
-  return entry
-end
-"""
 
 _HISTORY_MUTEX = r"""
 -- The current holder as a history entry's "held" part (from the lock hash; a
@@ -293,14 +165,14 @@ end
 
 
 _QUEUE = (
-    _SPLIT
+    SPLIT_FRAGMENT
     # expiry|since|deadline|ttl|channel|nonce|meta -> {expiry, ttl, channel, nonce, meta}
     + entry_fields_fragment(4)
-    + _HISTORY
+    + HISTORY_FRAGMENT
     + _HISTORY_MUTEX
-    + _LISTENING
-    + _LIVE_HEAD
-    + _ENQUEUE
+    + LISTENING_FRAGMENT
+    + LIVE_HEAD_FRAGMENT
+    + ENQUEUE_FRAGMENT
     + r"""
 -- Grant the lock to the first live waiter and wake it; false if there is none.
 -- With *overwrite* a release hands it over (its holder is still in the hash; *held*:
@@ -393,23 +265,9 @@ end
 """
 )
 
-#: How long a waiter's queue entry lives without being refreshed (ms).
-ENTRY_LIFE_MS = 4000
-#: How long a lock handed to a waiter is leased until the waiter claims it (ms).
-HANDOFF_CLAIM_MS = 2000
-#: How many events a lock's history keeps (see ``record`` in the scripts).
-HISTORY_MAX = 20
-#: What a waiter puts before its wake-up channel in its queue entry when its
-#: subscription is confirmed on the server that runs the scripts (see handoff).
-WAKE_SURE = b"!"
-_LISTENING = _LISTENING.replace("SURE_BYTE", str(WAKE_SURE[0]))
 _GRANT_FUNCTION = _GRANT_FUNCTION.replace("ENTRY_LIFE", str(ENTRY_LIFE_MS))
 _GRANT = _KEYS + _GRANT_FUNCTION
-_QUEUE = (
-    _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
-    .replace("HISTORY_MAX", str(HISTORY_MAX))
-    .replace("SURE_BYTE", str(WAKE_SURE[0]))
-)
+_QUEUE = _QUEUE.replace("CLAIM_MS", str(HANDOFF_CLAIM_MS))
 
 # ARGV: owner, nonce, ttl_ms (0 = no expiry), meta, wait_left_ms (how long a
 #       queued waiter still waits, shown to operators; '' = no limit),
@@ -729,96 +587,6 @@ return -1
 """
 )
 
-# ARGV: expected owner ('' = any), expected fence ('' = any), retention_ms,
-#       unowned_only ('1': only a key with neither owner nor fence, another tool's).
-# Returns 1 when deleted, 0 when there was no lock, -1 when it did not match.
-# (operator_scripts adds the path for semaphores and read-write locks.)
-FORCE_RELEASE = (
-    _GRANT
-    + _QUEUE
-    + r"""
-local want_owner, want_fence, retention = ARGV[1], ARGV[2], ARGV[3]
-if redis.call('EXISTS', L) == 0 then return 0 end
-local ok, h = pcall(redis.call, 'HMGET', L, 'owner', 'fence')
-if not ok then h = {false, false} end
-if want_owner ~= '' and h[1] ~= want_owner then return -1 end
-if want_fence ~= '' and h[2] ~= want_fence then return -1 end
-if ARGV[4] == '1' and (h[1] or h[2]) then return -1 end
-local entry = h[1] and held_by({e = 'forced'})
-redis.call('DEL', L)
-if entry then redis.call('HDEL', E, '~cur') end
--- The event names the waiter the lock was handed to, if any.
-if not handoff(retention, false, nil, nil, nil, nil, entry) and entry then record(entry) end
-return 1
-"""
-)
-
-
-# KEYS[1]: the lock hash (operator_scripts adds the path for semaphores and
-# read-write locks, with all five keys).  ARGV: expected owner ('' = any),
-# expected fence ('' = any), ms, unowned_only ('1': only a key with neither
-# owner nor fence).
-# Returns the new remaining lease in ms (the longest, when several holders
-# matched); 0 when there is no lock; -1 when owner or fence did not match; -2
-# when the lock has no expiry (nothing to extend).
-FORCE_EXTEND = r"""
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'owner', 'fence')
-if not ok then h = {false, false} end
-if ARGV[1] ~= '' and h[1] ~= ARGV[1] then return -1 end
-if ARGV[2] ~= '' and h[2] ~= ARGV[2] then return -1 end
-if ARGV[4] == '1' and (h[1] or h[2]) then return -1 end
-local p = redis.call('PTTL', KEYS[1])
-if p < 0 then return -2 end
-local new = p + tonumber(ARGV[3])
-redis.call('PEXPIRE', KEYS[1], new)
-return new
-"""
-
-
-class Script:
-    """A Lua script and its SHA1, as sent with EVALSHA (the backends load it on NOSCRIPT)."""
-
-    __slots__ = ("source", "sha", "name")
-
-    def __init__(self, name: str, source: str) -> None:
-        self.name = name
-        self.source = source
-        self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
-
-    def __repr__(self) -> str:
-        return f"<Script {self.name} {self.sha[:8]}>"
-
-
-# KEYS[1]: the slot hash; ARGV[1]: an owner whose renewal found its hold gone
-# (its lease ran out, or an operator released it), ARGV[2]: the lock's key: a "lost"
-# event in the history.
-LOST = (
-    r"""
-local F, L = KEYS[1], ARGV[2]
-"""
-    + _CLOCK
-    + _SPLIT
-    + _HISTORY.replace("HISTORY_MAX", str(HISTORY_MAX))
-    + r"""
-record({e = 'lost', o = ARGV[1]})
-return 1
-"""
-)
-
-# KEYS[1]: the slot hash.  The slot's recorded events, newest first (JSON texts, each
-# naming its lock's key: the reader keeps its lock's).
-HISTORY = (
-    r"""
-local F = KEYS[1]
-local n = tonumber(redis.call('HGET', F, 'hn')) or 0
-local fields = {}
-for i = 0, math.min(n, HISTORY_MAX) - 1 do fields[i + 1] = 'h' .. ((n - i) % HISTORY_MAX) end
-if #fields == 0 then return {} end
-return redis.call('HMGET', F, unpack(fields))
-"""
-).replace("HISTORY_MAX", str(HISTORY_MAX))
-
 acquire_script = Script("acquire", ACQUIRE)
 release_script = Script("release", RELEASE)
 extend_script = Script("extend", EXTEND)
@@ -826,30 +594,12 @@ renew_script = Script("renew", RENEW)
 claim_script = Script("claim", CLAIM)
 cancel_script = Script("cancel", CANCEL)
 transfer_script = Script("transfer", TRANSFER)
-HISTORY_SCRIPT = Script("history", HISTORY)
-LOST_SCRIPT = Script("lost", LOST)
-#: Answers 1 and touches nothing: whether a server runs scripts (system check E006).
-#: It names one key, like every script here (serverless clusters refuse scripts that
-#: name none).
-PROBE_SCRIPT = Script("probe", "-- KEYS[1]: any key (not read)\nreturn 1\n")
-
 #: The Lua that grants a lock (token, hash fields, lease), and the start of an
 #: acquire (a repeat or a re-entry), for other script families (Redlock) to build on.
 GRANT_FRAGMENT = _GRANT
+#: The queue's functions (``handoff``, ``mark_queued``, ``live_head``, the history's),
+#: for the operator's mutex path.
+QUEUE_FRAGMENT = _QUEUE
 REENTER_FRAGMENT = _REENTER
 TAKEOVER_FRAGMENT = _TAKEOVER
 RELEASE_HEAD_FRAGMENT = _RELEASE_HEAD
-#: ``now_us()``, ``now_ms()`` and ``num(x)``; ``split(s, n)`` and ``live_head()``
-#: (needs ``Q``, ``E`` and ``now_ms``).
-CLOCK_FRAGMENT = _CLOCK
-SPLIT_FRAGMENT = _SPLIT
-LIVE_HEAD_FRAGMENT = _LIVE_HEAD
-#: ``listening(channel)``: a queue entry's channel without its :data:`WAKE_SURE`
-#: mark, and whether it had it.
-LISTENING_FRAGMENT = _LISTENING
-#: ``record(entry)`` and ``waited_by(entry, w, e)``: a lock's history (needs ``F``,
-#: ``split``, ``entry_fields``, ``now_ms``; HISTORY_MAX is replaced by the user).
-HISTORY_FRAGMENT = _HISTORY.replace("HISTORY_MAX", str(HISTORY_MAX))
-#: ``enqueue(owner, nonce, life, tail, wait_left)`` (needs ``Q``, ``E``, ``split``,
-#: ``entry_fields``, ``now_ms``, ``num``).
-ENQUEUE_FRAGMENT = _ENQUEUE

@@ -32,7 +32,7 @@ reader arriving behind a queued writer waits for it).
 
 from __future__ import annotations
 
-from .scripts import (
+from .common import (
     CLOCK_FRAGMENT,
     ENQUEUE_FRAGMENT,
     ENTRY_LIFE_MS,

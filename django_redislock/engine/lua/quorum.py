@@ -13,14 +13,8 @@ Keys as in :mod:`.scripts`: lock hash, slot hash, (queue, unused), waiters hash.
 
 from __future__ import annotations
 
-from .scripts import (
-    ENTRY_LIFE_MS,
-    GRANT_FRAGMENT,
-    REENTER_FRAGMENT,
-    RELEASE_HEAD_FRAGMENT,
-    TAKEOVER_FRAGMENT,
-    Script,
-)
+from .common import ENTRY_LIFE_MS, Script
+from .mutex import GRANT_FRAGMENT, REENTER_FRAGMENT, RELEASE_HEAD_FRAGMENT, TAKEOVER_FRAGMENT
 
 # ARGV as ACQUIRE: owner, nonce, ttl_ms, meta, (wait left: unused), retention_ms, channel ('' =
 # do not wait), known ('' = unknown holds), (barge: unused), parent owner.

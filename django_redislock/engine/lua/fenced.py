@@ -10,7 +10,7 @@ holder in the same script that grants it.
 
 from __future__ import annotations
 
-from .scripts import Script
+from .common import Script
 
 # KEYS[1]: the lock hash.  ARGV[1]: a fencing token.
 # Returns 1 when the lock is held with that token; else {the current holder's

@@ -8,7 +8,7 @@ pointer's (the owner's hash tag) or the lock's.
 
 from __future__ import annotations
 
-from .scripts import Script
+from .common import Script
 
 # KEYS[1]: the owner's pointer.  ARGV: its value (nonce|name), its life in ms.
 MARK = r"""
