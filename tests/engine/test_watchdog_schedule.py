@@ -14,7 +14,7 @@ class _Lock:
 
 def _schedule(dog: Watchdog, lock: _Lock, claim_ms: int | None) -> tuple[float, WatchEntry]:
     entry = WatchEntry(lock, "owner", object(), (b"k",), 30_000, "n", claim_ms)  # type: ignore[arg-type]
-    dog._entries[id(entry)] = entry
+    dog._add(entry)
     return time.monotonic(), entry
 
 
