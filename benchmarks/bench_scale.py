@@ -6,11 +6,13 @@ part runs in a fresh process of its own (so the holds of one do not weigh on the
 
 1. ``acquire``: one process takes distinct, uncontended locks (default ttl, 30 s) and,
    each time it holds N of them (``--sizes``), times ``--samples`` more acquires: p50
-   and p90 (µs), client CPU per acquire, and p50 ÷ the p50 at the smallest N. Then,
+   and p90 (µs), client CPU per acquire, and p50 ÷ the p50 of a forked reference
+   process that holds 10 (their batches interleaved: a shared machine's noise hits
+   both alike). Then, past the first renewals,
    holding the most, it sleeps ``--window`` seconds while the watchdog renews: client
    CPU per renewal (the process's CPU, every thread, over the renewals Redis ran:
-   ``cmdstat_evalsha``), the commands Redis received per renewal
-   (``total_commands_processed``), and the holds lost.
+   ``cmdstat_evalsha``; one EVALSHA per renewal, pipelined), the server's CPU per
+   renewal (``INFO cpu``), and the holds lost.
 2. ``short-ttl``: ``--short-held`` locks at a ttl of ``--short-ttl`` seconds (3), then the
    same renewal figures over ``--window`` seconds, and the holds lost meanwhile
    (including while they were being taken).
@@ -79,10 +81,20 @@ def _setup(url: str) -> tuple[Any, Any, _Count]:
     return LockManager(url=url), redis.Redis.from_url(url), count
 
 
-def _server_stats(r: Any) -> tuple[int, int]:
-    """(EVALSHA calls, commands processed) so far."""
+def _ceiling() -> float:
+    """The watchdog's ceiling (0.0 on a tree from before it)."""
+    try:
+        from django_redislock.primitives.watch_load import ceiling
+    except ImportError:
+        return 0.0
+    return ceiling()
+
+
+def _server_stats(r: Any) -> tuple[int, float]:
+    """(EVALSHA calls, the server's CPU seconds) so far."""
     evalsha = r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
-    return int(evalsha), int(r.info("stats")["total_commands_processed"])
+    cpu = r.info("cpu")
+    return int(evalsha), float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def _renewal_window(r: Any, held: list[Any], seconds: float) -> dict[str, Any]:
@@ -102,35 +114,67 @@ def _renewal_window(r: Any, held: list[Any], seconds: float) -> dict[str, Any]:
         "renewals_per_s": round((e1 - e0) / (t1 - t0)),
         "cpu_per_s": round((cpu1 - cpu0) / (t1 - t0), 3),
         "cpu_us_per_renewal": round((cpu1 - cpu0) / renewals * 1e6, 2),
-        # -2: the two INFO commands of the reading itself
-        "commands_per_renewal": round((c1 - c0 - 2) / renewals, 3),
+        "redis_cpu_us_per_renewal": round((c1 - c0) / renewals * 1e6, 2),
         "lost": sum(1 for lock in held if lock.lost),
-        "needed_per_s": round(watchdog.renewals_per_second()),
+        # (getattr: the script also runs on a tree from before the ceiling, for a before/after)
+        "needed_per_s": round(getattr(watchdog, "renewals_per_second", lambda: 0.0)()),
     }
 
 
+def _timed_acquires(manager: Any, prefix: str, count: int, held: list[Any], keep: int) -> Any:
+    """Take *count* fresh locks, each timed (wall, CPU); they join *held*, of which at
+    most *keep* stay held (0: all) -- the oldest are released, untimed."""
+    times, cpus = [], []
+    for _ in range(count):
+        lock = manager.lock(f"{prefix}:{time.monotonic_ns()}")
+        t, c = time.perf_counter(), time.thread_time()
+        lock.acquire()
+        times.append(time.perf_counter() - t)
+        cpus.append(time.thread_time() - c)
+        held.append(lock)
+        if keep and len(held) > keep:
+            held.pop(0).release()
+    return times, cpus
+
+
+def _reference(conn: Any, url: str) -> None:
+    """The forked reference process: holds about 10 locks, and on each request times
+    that many acquires (so both sides meet the same noise of a shared machine)."""
+    manager, _, _ = _setup(url)
+    held: list[Any] = []
+    while True:
+        count = conn.recv()
+        if count is None:
+            os._exit(0)
+        conn.send(_timed_acquires(manager, "reference", count, held, keep=10))
+
+
 def part_acquire(url: str, sizes: list[int], samples: int, window: float) -> dict[str, Any]:
+    import multiprocessing
+
+    ours, theirs = multiprocessing.Pipe()
+    reference = multiprocessing.get_context("fork").Process(target=_reference, args=(theirs, url))
+    reference.start()
     manager, r, count = _setup(url)
-    from django_redislock.primitives.watch_load import ceiling
+    ceiling = _ceiling()
 
     held: list[Any] = []
     rows = []
     serial = 0
+    first = time.monotonic()
     for size in sizes:
         while len(held) < size:
             lock = manager.lock(f"scale:{serial}")
             serial += 1
             lock.acquire()
             held.append(lock)
-        times, cpus = [], []
-        for _ in range(samples):
-            lock = manager.lock(f"scale:{serial}")
-            serial += 1
-            t, c = time.perf_counter(), time.thread_time()
-            lock.acquire()
-            times.append(time.perf_counter() - t)
-            cpus.append(time.thread_time() - c)
-            held.append(lock)
+        times, cpus, ref_times = [], [], []
+        for _ in range(6):  # interleaved with the reference, a sixth of the samples each
+            t, c = _timed_acquires(manager, "scale", samples // 6, held, keep=0)
+            times += t
+            cpus += c
+            ours.send(samples // 6)
+            ref_times += ours.recv()[0]
         times.sort()
         rows.append(
             {
@@ -138,18 +182,22 @@ def part_acquire(url: str, sizes: list[int], samples: int, window: float) -> dic
                 "p50_us": round(statistics.median(times) * 1e6, 1),
                 "p90_us": round(times[int(0.9 * len(times))] * 1e6, 1),
                 "cpu_us": round(statistics.median(cpus) * 1e6, 1),
+                "reference_p50_us": round(statistics.median(ref_times) * 1e6, 1),
             }
         )
+    ours.send(None)
     for row in rows:
-        row["p50_ratio"] = round(row["p50_us"] / rows[0]["p50_us"], 2)
+        row["p50_ratio"] = round(row["p50_us"] / row["reference_p50_us"], 2)
+    # Past the first renewals (a third of the 30 s ttl after the first acquire).
+    time.sleep(max(0.0, first + 11.0 - time.monotonic()))
     renewal = _renewal_window(r, held, window)
-    renewal.update(ceiling=ceiling(), warned_ceiling=count.ceiling, warned_behind=count.behind)
+    renewal.update(ceiling=ceiling, warned_ceiling=count.ceiling, warned_behind=count.behind)
     return {"acquire": rows, "renewal": renewal}
 
 
 def part_short_ttl(url: str, held_count: int, ttl: float, window: float) -> dict[str, Any]:
     manager, r, count = _setup(url)
-    from django_redislock.primitives.watch_load import ceiling
+    ceiling = _ceiling()
 
     held = []
     t = time.perf_counter()
@@ -162,7 +210,7 @@ def part_short_ttl(url: str, held_count: int, ttl: float, window: float) -> dict
     renewal.update(
         ttl=ttl,
         acquire_all_s=round(took, 1),
-        ceiling=ceiling(),
+        ceiling=ceiling,
         warned_ceiling=count.ceiling,
         warned_behind=count.behind,
     )
@@ -205,7 +253,7 @@ RENEWAL_COLUMNS = [
     ("sent/s", "renewals_per_s"),
     ("CPU/s", "cpu_per_s"),
     ("µs CPU/renewal", "cpu_us_per_renewal"),
-    ("cmds/renewal", "commands_per_renewal"),
+    ("Redis µs CPU/renewal", "redis_cpu_us_per_renewal"),
     ("lost", "lost"),
     ("ceiling", "ceiling"),
     ("warned (ceiling, behind)", "warned"),
@@ -248,9 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
-    headers = ["held", "acquire p50 µs", "p90 µs", "CPU µs", "p50 ÷ first"]
-    keys = ["held", "p50_us", "p90_us", "cpu_us", "p50_ratio"]
-    print(f"Acquire of a free lock at N held (ttl 30 s, {args.samples} samples each)")
+    headers = ["held", "acquire p50 µs", "p90 µs", "CPU µs", "10 held p50 µs", "p50 ÷ 10 held"]
+    keys = ["held", "p50_us", "p90_us", "cpu_us", "reference_p50_us", "p50_ratio"]
+    print(
+        f"Acquire of a free lock at N held (ttl 30 s, {args.samples} samples each), "
+        "interleaved with a process that holds 10"
+    )
     print(_table(headers, [[row[k] for k in keys] for row in acquire["acquire"]]))
     print(f"\nRenewals over {args.window:g} s")
     rows = [
