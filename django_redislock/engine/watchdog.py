@@ -335,6 +335,8 @@ class Watchdog:
         slack = entry.slack
         level = _LEVELS.get(slack)
         if level is None:
+            if len(_LEVELS) > 4096:  # (a process of many different ttls)
+                _LEVELS.clear()
             level = _LEVELS[slack] = _level(slack)
         heap = self._heaps.get(level)
         if heap is None:
