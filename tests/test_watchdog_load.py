@@ -13,7 +13,7 @@ import pytest
 from django.test import override_settings
 
 from django_redislock import LockLost, LockManager, metrics, signals
-from django_redislock.engine import watchdog as watchdog_module
+from django_redislock.engine import watch_load
 from django_redislock.engine.watchdog import CHUNK, watchdog
 
 
@@ -95,7 +95,7 @@ def test_many_holds_are_renewed_in_bounded_batches_and_a_loss_among_them_is_told
 @pytest.fixture
 def warn_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """No minute between two warnings (other tests' may have come just before)."""
-    monkeypatch.setattr(watchdog_module, "WARN_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr(watch_load, "WARN_INTERVAL_SECONDS", 0.0)
 
 
 @pytest.mark.usefixtures("warn_every_time")
@@ -125,14 +125,17 @@ def test_holds_needing_more_renewals_than_the_ceiling_are_warned_of(
             for lock in held:
                 lock.acquire()
             time.sleep(0.5)  # several rounds of renewals
-            assert warnings() == 0 and not told, "100 a second is under a ceiling of 1,000"
+            # (only "ceiling": a loaded machine may make a renewal late, and "behind" says so)
+            assert warnings() == 0 and not [t for t in told if t["reason"] == "ceiling"], (
+                "100 a second is under a ceiling of 1,000"
+            )
             for lock in held:
                 lock.release()
         with override_settings(REDISLOCK_WATCHDOG_CEILING=50):
             for lock in held:
                 lock.acquire()
             _wait_until(lambda: warnings() >= 1, 5, "the watchdog's warning")
-            _wait_until(lambda: told, 5, "watchdog_overloaded")
+            _wait_until(lambda: any(t["reason"] == "ceiling" for t in told), 5, "the signal")
             for lock in held:
                 lock.release()
     finally:

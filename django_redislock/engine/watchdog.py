@@ -33,13 +33,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Protocol
 
@@ -48,6 +46,8 @@ from .calls import AmbiguousReply, Call
 from .identity import on_fork_in_child
 from .mutex import FAIR, Kind
 from .scripts import LOST_SCRIPT
+from .watch_load import DEFAULT_CEILING, LoadWarnings, Overload, tell
+from .watch_parts import Group, level_of
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -59,15 +59,6 @@ IDLE_EXIT_SECONDS = 1.0
 #: The most renewals one round trip carries; a larger batch is sent in several, one
 #: after another on the batch's thread (each confirmed as its replies come).
 CHUNK = 1000
-#: The largest slack: how early any due renewal may join a batch sent anyway.
-MAX_SLACK = 1.0
-#: How many renewals a second the process's holds may need before the watchdog
-#: warns, by default (``REDISLOCK_WATCHDOG_CEILING``). Measured on a 2-core machine
-#: (docs/architecture.md, "The watchdog"): 30,000 holds at a ttl of 3 s (30,000 a
-#: second) lost none, 40,000 (40,000 a second) lost most.
-DEFAULT_CEILING = 25_000.0
-#: At most one "falling behind" and one "over the ceiling" warning per this long.
-WARN_INTERVAL_SECONDS = 60.0
 #: The heap is rebuilt without released holds' entries once they are more than
 #: half of it (and at least this many).
 COMPACT_MIN = 1024
@@ -79,23 +70,6 @@ class Renewable(Protocol):
     def _mark_lost(self, owner: str, reason: str) -> None: ...
 
     def _renewed(self, owner: str, error: BaseException | None, sent_at: float) -> None: ...
-
-
-@dataclass(frozen=True)
-class Overload:
-    """Why the watchdog warned: ``reason`` is ``"ceiling"`` (the holds need more
-    renewals a second than the ceiling) or ``"behind"`` (a renewal went out late:
-    more than halfway from when it was due to when its hold counts as lost)."""
-
-    reason: str
-    #: Renewals a second the holds need (each is renewed every third of its ttl).
-    renewals_per_second: float
-    #: The ceiling, in renewals a second.
-    ceiling: float
-    #: How many holds are renewed.
-    held: int
-    #: How late the latest renewal went out (seconds; 0.0 for ``"ceiling"``).
-    lag: float = 0.0
 
 
 class WatchEntry:
@@ -191,52 +165,8 @@ class WatchEntry:
         return call
 
 
-class _Group:
-    """Renewals on their way to one backend (a chunk of a batch), or due and waiting
-    for its batch in flight: the earliest moment one of them counts as lost."""
-
-    __slots__ = ("entries", "deadline", "_order")
-
-    def __init__(self, entries: list[WatchEntry]) -> None:
-        self.entries = entries
-        self.deadline = min((e.lost_at for e in entries), default=float("inf"))
-        self._order: list[WatchEntry] | None = None
-
-    def add(self, entry: WatchEntry) -> None:
-        """One more renewal waiting for the backend."""
-        self.entries.append(entry)
-        self._order = None
-        self.deadline = min(self.deadline, entry.lost_at)
-
-    def expired(self, now: float) -> list[WatchEntry]:
-        """The entries that count as lost at *now* (a stuck batch: sorted once)."""
-        order = self._order
-        if order is None:
-            order = self._order = sorted(self.entries, key=_lost_at, reverse=True)
-        out = []
-        while order and (not order[-1].active or order[-1].lost_at <= now):
-            entry = order.pop()
-            if entry.active:
-                out.append(entry)
-        self.deadline = order[-1].lost_at if order else float("inf")
-        return out
-
-
-def _lost_at(entry: WatchEntry) -> float:
-    return entry.lost_at
-
-
-#: The slack level of each slack met so far (see :func:`_level`).
+#: The slack level of each slack met so far (see :func:`.watch_parts.level_of`).
 _LEVELS: dict[float, float] = {}
-
-
-def _level(slack: float) -> float:
-    """*slack* rounded down to a power of two of a second (0 below a millisecond): the
-    heap an entry waits in. Every entry of a heap may join a batch that early, so a
-    round pops only what it renews; a few heaps serve any mix of ttls."""
-    if slack < 0.001:
-        return 0.0
-    return min(MAX_SLACK, 2.0 ** math.floor(math.log2(slack)))
 
 
 class Watchdog:
@@ -263,14 +193,12 @@ class Watchdog:
         self._stale = 0  # released entries left in the heap
         self._compact = False
         #: Backends with a batch in flight: its chunks not confirmed yet.
-        self._busy: dict[int, deque[_Group]] = {}
+        self._busy: dict[int, deque[Group]] = {}
         #: Due renewals waiting for their backend's batch in flight to end.
-        self._waiting: dict[int, _Group] = {}
+        self._waiting: dict[int, Group] = {}
         #: Renewals a second the entries need.
         self._per_second = 0.0
-        self._over = False
-        self._warned_at = {"ceiling": -WARN_INTERVAL_SECONDS, "behind": -WARN_INTERVAL_SECONDS}
-        self._late = 0.0  # the worst lag of a renewal sent since the last round
+        self._load = LoadWarnings()
         #: The ceiling in renewals a second (read at every round; the package reads
         #: ``REDISLOCK_WATCHDOG_CEILING``).
         self.ceiling: Callable[[], float] = lambda: DEFAULT_CEILING
@@ -337,7 +265,7 @@ class Watchdog:
         if level is None:
             if len(_LEVELS) > 4096:  # (a process of many different ttls)
                 _LEVELS.clear()
-            level = _LEVELS[slack] = _level(slack)
+            level = _LEVELS[slack] = level_of(slack)
         heap = self._heaps.get(level)
         if heap is None:
             heap = self._heaps[level] = []
@@ -417,7 +345,7 @@ class Watchdog:
                     # Linger briefly: a process that takes and releases locks in
                     # a loop must not pay for a thread start on every acquire.
                     empty_since = empty_since or now
-                    self._over = False  # nothing needs renewing: below any ceiling
+                    self._load.idle()  # nothing needs renewing: below any ceiling
                     if now - empty_since >= IDLE_EXIT_SECONDS:
                         self._thread = None
                         self._wake_at = float("inf")
@@ -487,15 +415,15 @@ class Watchdog:
         for entry in later:
             self._push(entry, min(entry.due, entry.lost_at))
         for backend_id, entries in batches.items():
-            chunks: deque[_Group] = deque()
+            chunks: deque[Group] = deque()
             for start in range(0, len(entries), CHUNK):
-                chunks.append(_Group(entries[start : start + CHUNK]))
+                chunks.append(Group(entries[start : start + CHUNK]))
             self._busy[backend_id] = chunks
             for entry in entries:
                 entry.in_flight = True
                 late = now - entry.due
-                if late > self._late and 2 * late > entry.lost_at - entry.due:
-                    self._late = late
+                if late > self._load.late and 2 * late > entry.lost_at - entry.due:
+                    self._load.late = late
         wake_at = min((heap[0][0] for heap in self._heaps.values() if heap), default=float("inf"))
         for chunks in self._busy.values():
             for group in chunks:
@@ -512,7 +440,7 @@ class Watchdog:
         if backend_id in self._busy:
             waiting = self._waiting.get(backend_id)
             if waiting is None:
-                self._waiting[backend_id] = _Group([entry])
+                self._waiting[backend_id] = Group([entry])
             else:
                 waiting.add(entry)
         else:
@@ -520,47 +448,10 @@ class Watchdog:
 
     def _overloads(self, now: float) -> list[Overload]:
         """The warnings due now (the caller holds the lock)."""
-        found: list[Overload] = []
-        per_second, held = self.renewals_per_second(), len(self._entries)
-        try:
-            ceiling = float(self.ceiling())
-        except Exception:  # a bad setting must not stop the renewals
-            logger.exception("redislock watchdog: could not read its ceiling")
-            ceiling = DEFAULT_CEILING
-        if per_second > ceiling:
-            if not self._over and now - self._warned_at["ceiling"] >= WARN_INTERVAL_SECONDS:
-                self._over = True
-                self._warned_at["ceiling"] = now
-                found.append(Overload("ceiling", per_second, ceiling, held))
-        elif per_second < 0.9 * ceiling:
-            self._over = False
-        if self._late and now - self._warned_at["behind"] >= WARN_INTERVAL_SECONDS:
-            self._warned_at["behind"] = now
-            found.append(Overload("behind", per_second, ceiling, held, self._late))
-        self._late = 0.0
-        return found
+        return self._load.check(now, self.renewals_per_second(), len(self._entries), self.ceiling)
 
     def _tell(self, overloads: list[Overload]) -> None:
-        for overload in overloads:
-            if overload.reason == "ceiling":
-                logger.warning(
-                    "redislock watchdog: %d held locks need %.0f renewals a second, over "
-                    "its ceiling of %.0f (REDISLOCK_WATCHDOG_CEILING): beyond it renewals "
-                    "may fall behind and holds be lost",
-                    overload.held, overload.renewals_per_second, overload.ceiling,
-                )  # fmt: skip
-            else:
-                logger.warning(
-                    "redislock watchdog: falling behind: a renewal went out %.3f s late "
-                    "(%d held locks, %.0f renewals a second; ceiling %.0f)",
-                    overload.lag, overload.held, overload.renewals_per_second, overload.ceiling,
-                )  # fmt: skip
-            hook = self.on_overload
-            try:
-                if hook is not None:
-                    hook(overload)
-            except Exception:
-                logger.exception("redislock watchdog: a watchdog_overloaded receiver failed")
+        tell(overloads, self.on_overload)
 
     def _renew_batch(self, backend_id: int, entries: list[WatchEntry]) -> None:
         try:
@@ -667,8 +558,7 @@ class Watchdog:
         self._busy = {}
         self._waiting = {}
         self._per_second = 0.0
-        self._over = False
-        self._late = 0.0
+        self._load = LoadWarnings()
 
 
 #: The process's watchdog.

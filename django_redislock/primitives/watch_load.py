@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .. import signals
 from ..conf import setting
-from ..engine.watchdog import Overload, Watchdog, watchdog
+from ..engine.watch_load import Overload
+from ..engine.watchdog import Watchdog, watchdog
 
 
 def ceiling() -> float:
