@@ -18,7 +18,7 @@ logger = logging.getLogger("django_redislock")
 #: How many renewals a second the process's holds may need before the watchdog
 #: warns, by default (``REDISLOCK_WATCHDOG_CEILING``). Measured on a 2-core machine
 #: (docs/architecture.md, "The watchdog"): 30,000 holds at a ttl of 3 s (30,000 a
-#: second) lost none, 40,000 (40,000 a second) lost most.
+#: second) lost none, 40,000 none on a quiet machine and most on a busy one, 50,000 most.
 DEFAULT_CEILING = 25_000.0
 #: At most one "falling behind" and one "over the ceiling" warning per this long.
 WARN_INTERVAL_SECONDS = 60.0
