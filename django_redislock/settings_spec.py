@@ -89,6 +89,15 @@ def _seconds(value: Any, name: str) -> float:
     return seconds
 
 
+def _renewal_rate(value: Any, name: str) -> float:
+    """A positive finite number of renewals a second."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of renewals a second, not {type(value).__name__}")
+    if not (0 < value < float("inf")):
+        raise ValueError(f"{name} must be a positive, finite number of renewals a second")
+    return float(value)
+
+
 def validate_redis_targets(value: Any, name: str) -> list[str]:
     """A list (or tuple) of cache aliases or Redis URLs (Redlock's masters).
 
@@ -187,6 +196,12 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("REDISLOCK_DEFAULT_TTL", 30.0, _seconds, "default lease, in seconds"),
     SettingSpec(
         "REDISLOCK_AUTO_RENEW", True, _bool, "whether the watchdog renews held locks by default"
+    ),
+    SettingSpec(
+        "REDISLOCK_WATCHDOG_CEILING",
+        25_000.0,
+        _renewal_rate,
+        "renewals a second the process's held locks may need before the watchdog warns",
     ),
     SettingSpec(
         "REDISLOCK_RAISE_ON_LOST",

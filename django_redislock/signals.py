@@ -25,6 +25,13 @@ name) and ``owner`` (the owner token), plus:
   ``error`` (the :class:`~django_redislock.exceptions.LockBackendError` about
   to be raised).
 
+``watchdog_overloaded`` is sent by the process's watchdog (``sender`` = its
+class, from its thread) when it warns: ``reason`` (``"ceiling"``: the held locks
+need more renewals a second than ``REDISLOCK_WATCHDOG_CEILING``; ``"behind"``: a
+renewal went out more than halfway from when it was due to when its hold would
+count as lost), ``renewals_per_second``, ``ceiling``, ``held`` and ``lag``
+(seconds; 0.0 for ``"ceiling"``). At most once a minute per reason.
+
 Each is sent only when it has receivers (the lock checks first), so an
 unobserved signal costs nothing on the lock's hot path.
 
@@ -53,3 +60,6 @@ lock_renewed = Signal()
 lock_backend_error = Signal()
 #: By ``LockManager.force_release``: ``name``, ``info`` and ``released``.
 force_released = Signal()
+#: By the watchdog when it warns it may not keep up: ``reason``,
+#: ``renewals_per_second``, ``ceiling``, ``held``, ``lag``.
+watchdog_overloaded = Signal()

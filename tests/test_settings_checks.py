@@ -43,6 +43,8 @@ BAD_VALUES = [
     ("REDISLOCK_DEFAULT_TTL", 0.0001, "at least 1 ms"),
     ("REDISLOCK_AUTO_RENEW", "no", "True or False"),
     ("REDISLOCK_RAISE_ON_LOST", 0, "True or False"),
+    ("REDISLOCK_WATCHDOG_CEILING", 0, "positive, finite number of renewals a second"),
+    ("REDISLOCK_WATCHDOG_CEILING", "25000", "number of renewals a second"),
     ("REDISLOCK_FENCE_RETENTION", float("inf"), "positive number of seconds"),
     ("REDISLOCK_WAIT_REPLICAS", -1, "between 0"),
     ("REDISLOCK_WAIT_REPLICAS", True, "must be an int"),

@@ -73,6 +73,9 @@ class Recorder(Protocol):
     def backend_error(self, labels: tuple[str, str], operation: str) -> None:
         """Redis failed an ``acquire``, ``release`` or ``renew``."""
 
+    def watchdog_overloaded(self, reason: str) -> None:
+        """The watchdog warned it may not keep up (*reason*: ``ceiling``, ``behind``)."""
+
 
 #: The enabled exporters' recorders.
 _recorders: dict[str, Recorder] = {}
@@ -234,6 +237,12 @@ def _on_backend_error(lock: Lock, operation: str, **_: Any) -> None:
         recorder.backend_error(labels, operation)
 
 
+@_guarded
+def _on_watchdog_overloaded(reason: str, **_: Any) -> None:
+    for recorder in _recorders.values():
+        recorder.watchdog_overloaded(reason)
+
+
 _RECEIVERS = (
     (signals.lock_contended, _on_contended),
     (signals.lock_acquired, _on_acquired),
@@ -242,6 +251,7 @@ _RECEIVERS = (
     (signals.lock_lost, _on_lost),
     (signals.lock_renewed, _on_renewed),
     (signals.lock_backend_error, _on_backend_error),
+    (signals.watchdog_overloaded, _on_watchdog_overloaded),
 )
 
 

@@ -54,6 +54,11 @@ class OpenTelemetryRecorder:
             unit="{error}",
             description="Redis failures by operation: acquire, release, renew.",
         )
+        self.overloads = meter.create_counter(
+            "redislock.watchdog.overloads",
+            unit="{warning}",
+            description="The watchdog's warnings that it may not keep up: ceiling, behind.",
+        )
         self.tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider)
         self._attributes: dict[tuple[str, str, str, str], dict[str, str]] = {}
 
@@ -111,3 +116,7 @@ class OpenTelemetryRecorder:
     def backend_error(self, labels: tuple[str, str], operation: str) -> None:
         """Count a Redis failure of *operation*."""
         self.backend_errors.add(1, self._attrs(labels, "operation", operation))
+
+    def watchdog_overloaded(self, reason: str) -> None:
+        """Count a warning of the watchdog."""
+        self.overloads.add(1, {"redislock.reason": reason})

@@ -64,6 +64,14 @@ class PrometheusRecorder:
             "Redis failures of lock calls, by operation: acquire, release, renew.",
             "operation",
         )
+        self.overloads = Counter(
+            "redislock_watchdog_overloads",
+            "The watchdog's warnings that it may not keep up, by reason: ceiling (the "
+            "held locks need more renewals a second than REDISLOCK_WATCHDOG_CEILING), "
+            "behind (a renewal went out late).",
+            ("reason",),
+            registry=registry,
+        )
         self._children: dict[tuple[int, str, str, str], Any] = {}
 
     def _child(self, metric: Any, labels: tuple[str, str], extra: str = "") -> Any:
@@ -105,3 +113,7 @@ class PrometheusRecorder:
     def backend_error(self, labels: tuple[str, str], operation: str) -> None:
         """Count a Redis failure of *operation*."""
         self._child(self.backend_errors, labels, operation).inc()
+
+    def watchdog_overloaded(self, reason: str) -> None:
+        """Count a warning of the watchdog."""
+        self.overloads.labels(reason).inc()

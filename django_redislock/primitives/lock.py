@@ -58,7 +58,7 @@ from ..exceptions import (
     LockNotReplicated,
     about_lock,
 )
-from . import at_once
+from . import at_once, watch_load  # noqa: F401 (watch_load: the watchdog's ceiling, warnings)
 from .event_loop import finish_in_background, refuse_in_event_loop
 from .lease import UNSET, count_arg, lease_of
 from .metadata import HolderMeta
