@@ -15,6 +15,13 @@ many of them took over 20 ms:
 
 Messages are sent at a fixed pace (``--gap`` ms apart), the way hand-offs come.
 
+``--bus-nodelay`` then sets ``TCP_NODELAY`` on every TCP socket of every node (gdb
+attached to each redis-server of this run, calling ``setsockopt``) and measures
+``cross-node`` again: Redis 7.0 sets it on the cluster-bus links it accepts but not
+on those it opens (``clusterCron``'s ``connConnect``), which ``PUBLISH`` is
+broadcast on; with it set, the ~40 ms waits (Nagle's algorithm holding a frame
+until the receiving node's delayed ACK) are gone.
+
 Run from the repository root::
 
     .venv/bin/python benchmarks/diag_cluster_pubsub.py --rounds 400     # ~30 s
@@ -23,7 +30,9 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -73,6 +82,35 @@ def measure(
     return [(r - s) * 1000 for r, s in zip(received, sent, strict=False)]
 
 
+def tcp_fds(pid: int) -> list[int]:
+    """The file descriptors of process *pid* that are TCP sockets."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as lines:
+            inodes.update(line.split()[9] for line in list(lines)[1:])
+    fds = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            fds.append(int(fd))
+    return fds
+
+
+def set_nodelay(pid: int) -> int:
+    """Set TCP_NODELAY on every TCP socket of the redis-server *pid* (through gdb);
+    how many calls succeeded."""
+    steps = ["set $one = (int*)malloc(4)", "set *$one = 1"]
+    steps += [f"call (int)setsockopt({fd}, 6, 1, $one, 4)" for fd in tcp_fds(pid)]
+    command = ["gdb", "-p", str(pid), "-batch", "-nx"]
+    for step in steps:
+        command += ["-ex", step]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout
+    return sum(1 for line in out.splitlines() if line.startswith("$") and line.endswith("= 0"))
+
+
 def report(mode: str, samples: list[float]) -> dict[str, Any]:
     """p50/p99/max and the count over 20 ms."""
     out = {
@@ -95,6 +133,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--gap", type=float, default=2.0, help="ms between messages")
     parser.add_argument("--modes", default="same-node,cross-node,sharded")
+    parser.add_argument(
+        "--bus-nodelay",
+        action="store_true",
+        help="then set TCP_NODELAY on the nodes' sockets (gdb) and measure cross-node again",
+    )
     args = parser.parse_args()
     cluster = Cluster()
     try:
@@ -105,6 +148,11 @@ def main() -> int:
         for mode in args.modes.split(","):
             publisher, subscriber = pairs[mode]
             report(mode, measure(publisher, subscriber, mode, args.rounds, args.gap / 1000))
+        if args.bus_nodelay:
+            done = sum(set_nodelay(server.process.pid) for server in cluster.servers)
+            print(f"TCP_NODELAY set on {done} sockets of the {len(cluster.servers)} nodes")
+            samples = measure(b, a, "cross-node", args.rounds, args.gap / 1000)
+            report("cross-node, bus with TCP_NODELAY", samples)
     finally:
         cluster.stop()
     return 0
