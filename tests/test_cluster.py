@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -358,6 +359,53 @@ def test_a_waiter_listening_on_another_node_is_woken_by_the_message(
     thread.join(15)
     assert woken and woken[0] - released < WOKEN_BY_MESSAGE
     assert backend.hub_node == hub_node  # no re-subscription happened meanwhile
+
+
+def test_a_waiter_listens_on_its_locks_node_and_is_woken_by_the_message_alone(
+    manager: LockManager, cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter's wake-up channel has its subscriber on the lock's own node (where the
+    release's PUBLISH runs: no cluster-bus hop, see docs/architecture.md, Cluster), and
+    the hand-off wakes it through that message: the waiter asks Redis once (it queues),
+    then never again (no fallback poll), and gets the lock."""
+    backend = manager.backend()
+    backend.hub().wait_ready()
+    default_node = backend.hub_node
+    assert default_node is not None
+    name = _name_off_node(manager, default_node, prefix)
+    keys = backend.keyspace.keys(name)
+    node = primary_of(manager, name)
+    backend.hub(keys.lock).wait_ready()  # so that the wait queues on a confirmed subscription
+    asks: dict[int, int] = {}
+    run = backend.run
+
+    def counted(call: Any) -> Any:
+        thread = threading.get_ident()
+        asks[thread] = asks.get(thread, 0) + 1
+        return run(call)
+
+    monkeypatch.setattr(backend, "run", counted)
+    holder = manager.lock(name)
+    holder.acquire()
+    woken: list[int] = []
+
+    def wait() -> None:
+        waiter = manager.lock(name)
+        if waiter.acquire(timeout=10):
+            woken.append(asks.get(threading.get_ident(), 0))
+            waiter.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: queued(manager, name), 5, "the waiter to queue")
+    (entry,) = backend.client.hvals(keys.waiters)
+    host, port = node.rsplit(":", 1)
+    on_node = redis.Redis(host=host, port=int(port), socket_timeout=5)
+    channels = [c for c, n in on_node.pubsub_numsub(*on_node.pubsub_channels()) if n]
+    assert [c for c in channels if c in entry] != [], "nobody listens on the lock's node"
+    holder.release()
+    thread.join(15)
+    assert woken == [1]  # the queueing acquire only: woken by the message, not a poll
 
 
 def test_an_async_waiter_on_another_node_is_woken_by_the_message(

@@ -85,12 +85,13 @@ def acquire_sync(op: AcquireOp, backend: Backend) -> Attempt:
     with replica acknowledgements, which the flow handles from the start.
     """
     if op.replicas:
-        return run_sync(flows.acquire(op), backend)  # type: ignore[no-any-return]
-    ready, channel = _hub_ready(backend.hub()) if op.blocking else (False, b"")
+        return run_sync(flows.acquire(op), backend, op.keys[0])  # type: ignore[no-any-return]
+    key = op.keys[0]
+    ready, channel = _hub_ready(backend.hub(key)) if op.blocking else (False, b"")
     attempt = op.decode(call_sync(flows.first_call(op, channel), backend))
     if attempt.held:
         return attempt
-    return run_sync(flows.acquire(op, (ready, channel, attempt)), backend)  # type: ignore[no-any-return]
+    return run_sync(flows.acquire(op, (ready, channel, attempt)), backend, key)  # type: ignore[no-any-return]
 
 
 async def acquire_async(op: AcquireOp, backend: AsyncBackend) -> Attempt:
@@ -104,8 +105,11 @@ async def acquire_async(op: AcquireOp, backend: AsyncBackend) -> Attempt:
     return await run_async(flows.acquire(op, (ready, channel, attempt)), backend)  # type: ignore[no-any-return]
 
 
-def run_sync(flow: Flow, backend: Backend) -> Any:
-    """Run *flow* to its end with blocking calls on *backend*; return its value."""
+def run_sync(flow: Flow, backend: Backend, key: bytes | None = None) -> Any:
+    """Run *flow* to its end with blocking calls on *backend*; return its value.
+
+    *key*: the lock key the flow waits on, if it does (the backend's hub for that
+    key: on a Cluster, the one subscribed on the key's node)."""
     hub: WakeHub | None = None
     waits: dict[str, Waiter] = {}
     reply: Any = None
@@ -122,7 +126,7 @@ def run_sync(flow: Flow, backend: Backend) -> Any:
                 if type(effect) is Call:
                     reply = run(effect)
                     continue
-                hub = hub or backend.hub()
+                hub = hub or backend.hub(key)
                 if type(effect) is Park:
                     reply = hub.wait(waits[effect.nonce], effect.seconds)
                 elif effect is SUBSCRIBE:

@@ -70,8 +70,9 @@ class Backend(Protocol):
     def server_config(self, pattern: str) -> dict[str, str]:
         """The server's ``CONFIG GET pattern`` (raises LockBackendError where refused)."""
 
-    def hub(self) -> WakeHub:
-        """This process's wake-up hub for this backend."""
+    def hub(self, key: bytes | str | None = None) -> WakeHub:
+        """This process's wake-up hub for this backend; *key*: for waits on that lock
+        key (a Cluster's hub for it listens on the key's own node)."""
 
     def connected_replicas(self) -> int:
         """How many replicas the primary reports connected (the fewest over its primaries

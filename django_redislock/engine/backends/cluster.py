@@ -22,8 +22,15 @@ one slot and runs unchanged on a cluster. What differs from one Redis:
   ``"<slot>:<cursor>"``: the lowest slot of the primary being scanned (which
   survives a failover, unlike the node's address) and that node's SCAN cursor.
 * **Wake-ups.** A ``PUBLISH`` inside a script reaches subscribers on every node,
-  so the hub subscribes with a plain client on one node, chosen by
-  :class:`NodePicker`, and moves to the next node when its subscription breaks.
+  but one on another node only over the cluster bus, whose outgoing links Redis
+  (7.0 at least) leaves without ``TCP_NODELAY``: there a wake-up waited up to
+  ~40 ms (Nagle's algorithm meeting the receiving node's delayed ACK; p99 41 ms
+  across nodes against 0.16 ms on one, with plain redis-py clients:
+  ``benchmarks/diag_cluster_pubsub.py``). So a blocking wait listens on the
+  lock's own node (:meth:`ClusterBackend.hub` with the key: one hub, with its own
+  channel, per node this process waits on). A wait that names no lock uses the
+  hub on one node at a time, chosen by :class:`NodePicker`, which moves to the
+  next node when its subscription breaks.
 """
 
 from __future__ import annotations
@@ -389,9 +396,17 @@ class ClusterBackend(_Cluster):
         key (the nodes of a cluster are expected to share their configuration)."""
         return [server.scripting_refusal(self.client, self.keyspace)]
 
-    def hub(self) -> WakeHub:
-        """This process's wake-up hub, subscribed on one node (see :class:`NodePicker`)."""
-        return hub_for(self._picker, self.keyspace.wake_prefix)
+    def hub(self, key: bytes | str | None = None) -> WakeHub:
+        """This process's wake-up hub for waits on the lock *key*: subscribed on the
+        key's own node (as the client last learnt it), where the release's ``PUBLISH``
+        runs, so the wake-up never crosses the cluster bus (on Redis 7.0 that link
+        lacks ``TCP_NODELAY``: a message there can wait ~40 ms for a delayed ACK).
+        Each node's hub has its own channel. Without *key*: the hub on one node at
+        a time (see :class:`NodePicker`), for waits that name no lock."""
+        if key is None:
+            return hub_for(self._picker, self.keyspace.wake_prefix)
+        node = self._node_for(key)
+        return hub_for(self._node_client(node), f"{self.keyspace.wake_prefix}{node.name}:")
 
     @property
     def hub_node(self) -> str | None:
