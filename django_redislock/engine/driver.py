@@ -97,12 +97,13 @@ def acquire_sync(op: AcquireOp, backend: Backend) -> Attempt:
 async def acquire_async(op: AcquireOp, backend: AsyncBackend) -> Attempt:
     """:func:`acquire_sync` for asyncio."""
     if op.replicas:
-        return await run_async(flows.acquire(op), backend)  # type: ignore[no-any-return]
-    ready, channel = _hub_ready(backend.hub()) if op.blocking else (False, b"")
+        return await run_async(flows.acquire(op), backend, op.keys[0])  # type: ignore[no-any-return]
+    key = op.keys[0]
+    ready, channel = _hub_ready(backend.hub(key)) if op.blocking else (False, b"")
     attempt = op.decode(await call_async(flows.first_call(op, channel), backend))
     if attempt.held:
         return attempt
-    return await run_async(flows.acquire(op, (ready, channel, attempt)), backend)  # type: ignore[no-any-return]
+    return await run_async(flows.acquire(op, (ready, channel, attempt)), backend, key)  # type: ignore[no-any-return]
 
 
 def run_sync(flow: Flow, backend: Backend, key: bytes | None = None) -> Any:
@@ -143,8 +144,9 @@ def run_sync(flow: Flow, backend: Backend, key: bytes | None = None) -> Any:
         flow.close()
 
 
-async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
-    """Run *flow* to its end on asyncio with *backend*; return its value."""
+async def run_async(flow: Flow, backend: AsyncBackend, key: bytes | None = None) -> Any:
+    """Run *flow* to its end on asyncio with *backend*; return its value (*key*: see
+    :func:`run_sync`)."""
     hub: AsyncWakeHub | None = None
     waits: dict[str, AsyncWaiter] = {}
     reply: Any = None
@@ -163,7 +165,7 @@ async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
                 if type(effect) is Call:
                     reply = await backend.run(effect)
                     continue
-                hub = hub or backend.hub()
+                hub = hub or backend.hub(key)
                 if type(effect) is Park:
                     reply = await hub.wait(waits[effect.nonce], effect.seconds)
                 elif effect is SUBSCRIBE:

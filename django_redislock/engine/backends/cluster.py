@@ -55,6 +55,7 @@ from redis.exceptions import (
 )
 
 from ...exceptions import LockBackendError, ScriptingUnavailable
+from ..awakeup import AsyncWakeHub
 from ..calls import AmbiguousReply, Call, NotReplicated
 from ..identity import process_token
 from ..info import LockInfo
@@ -178,6 +179,8 @@ class _Cluster(BackendState):
         self.retry_window = retry_window
         #: The per-node plain clients this backend made itself (asyncio only).
         self._clients: dict[str, Any] = {}
+        #: The wake-up hub on each node, by its name (asyncio only; see ``hub``).
+        self._node_hubs: dict[str, AsyncWakeHub] = {}
         self._picker = NodePicker(
             lambda: [(n.name, self._node_client(n)) for n in self._known_nodes()]
         )
@@ -540,6 +543,42 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
 
     #: The hub's node is any node, so a wake-up's count of receivers tells nothing.
     _hub_on_script_server = False
+
+    def _key_node(self, key: bytes | str | None) -> Any:
+        """The node of the lock *key* as the client knows it; None without a key or
+        before the client learnt the slots (its first command)."""
+        if key is None:
+            return None
+        try:
+            return self._node_for(key)
+        except (*_ERRORS, LookupError):
+            return None
+
+    def hub(self, key: bytes | str | None = None) -> AsyncWakeHub:
+        """The event loop's wake-up hub for waits on the lock *key*: on its node, as
+        :meth:`ClusterBackend.hub`; without a key (or before the client learnt the
+        slots), the one on one node at a time."""
+        node = self._key_node(key)
+        if node is None:
+            return super().hub()
+        hub = self._node_hubs.get(node.name)
+        if hub is None:
+            prefix = f"{self.keyspace.wake_prefix}{node.name}:"
+            hub = self._node_hubs[node.name] = AsyncWakeHub(self._node_client(node), prefix)
+        return hub
+
+    def local_channel(self, key: bytes | str | None = None) -> bytes | None:
+        """The channel of the hub for *key* while it has waiters, else None."""
+        node = self._key_node(key)
+        hub = self._hub if node is None else self._node_hubs.get(node.name)
+        return None if hub is None else hub.local_channel
+
+    async def aclose(self) -> None:
+        """Stop the hubs (each node's, then the default one) and close the connections."""
+        hubs, self._node_hubs = list(self._node_hubs.values()), {}
+        for hub in hubs:
+            await hub.aclose()
+        await super().aclose()
 
     def _subscriber(self) -> Any:
         """The hub subscribes on one node at a time (see :class:`NodePicker`)."""
