@@ -83,6 +83,8 @@ _RETRYABLE = (*_SLOT_ERRORS, ClusterDownError, SlotNotCoveredError)
 _ERRORS = (RedisError, RedisClusterException)
 #: After these, the client's slot map may be out of date (a resharding, a failover).
 _STALE_MAP = (MovedError, ConnectionError, TimeoutError)
+#: Lock keys whose node is remembered (see ``_Cluster._route``); all forgotten past it.
+_ROUTES_KEPT = 4096
 
 
 def _stale_cause(result: Any) -> bool:
@@ -181,6 +183,9 @@ class _Cluster(BackendState):
         self._clients: dict[str, Any] = {}
         #: The wake-up hub on each node, by its name (asyncio only; see ``hub``).
         self._node_hubs: dict[str, AsyncWakeHub] = {}
+        #: Lock key -> (node, its plain client), for the slot map in ``_routed``.
+        self._routes: dict[Any, tuple[Any, Any]] = {}
+        self._routed: Any = None
         self._picker = NodePicker(
             lambda: [(n.name, self._node_client(n)) for n in self._known_nodes()]
         )
@@ -196,6 +201,23 @@ class _Cluster(BackendState):
 
     def _node_for(self, key: Any) -> Any:
         return self.client.get_node_from_key(key)
+
+    def _route(self, key: Any) -> tuple[Any, Any]:
+        """(node, its plain client) of the lock *key*, as the client last learnt the
+        slots: remembered per key while the client's slot map is the same object (every
+        refresh makes a new one; a call that meets MOVED refreshes it), so that a lock
+        call does not hash its key and look up its node and client each time."""
+        slots = self.client.nodes_manager.slots_cache
+        if slots is not self._routed:
+            self._routes.clear()
+            self._routed = slots
+        route = self._routes.get(key)
+        if route is None:
+            if len(self._routes) >= _ROUTES_KEPT:
+                self._routes.clear()
+            node = self._node_for(key)
+            route = self._routes[key] = (node, self._node_client(node))
+        return route
 
     def _by_node(self, keys: Sequence[Any]) -> list[tuple[Any, list[int]]]:
         """The primaries of *keys*, each with the indices of its keys."""
@@ -305,7 +327,7 @@ class ClusterBackend(_Cluster):
         learnt it), or, *routed*, through RedisCluster, which follows redirects."""
         if routed and not call.replicas:
             return server.evalsha(self.client, call)
-        node_client = self._node_client(self._node_for(call.keys[0]))
+        node_client = self._route(call.keys[0])[1]
         if not call.replicas:
             return server.evalsha(node_client, call)
         results, acks = server.pipelined(node_client, [call], self.wait_timeout_ms)
@@ -408,8 +430,8 @@ class ClusterBackend(_Cluster):
         a time (see :class:`NodePicker`), for waits that name no lock."""
         if key is None:
             return hub_for(self._picker, self.keyspace.wake_prefix)
-        node = self._node_for(key)
-        return hub_for(self._node_client(node), f"{self.keyspace.wake_prefix}{node.name}:")
+        node, client = self._route(key)
+        return hub_for(client, f"{self.keyspace.wake_prefix}{node.name}:")
 
     @property
     def hub_node(self) -> str | None:
@@ -496,7 +518,7 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
         if routed and not call.replicas:
             return await server.aevalsha(self.client, call)
         await self._ready()
-        node_client = self._node_client(self._node_for(call.keys[0]))
+        node_client = self._route(call.keys[0])[1]
         if not call.replicas:
             return await server.aevalsha(node_client, call)
         results, acks = await server.apipelined(node_client, [call], self.wait_timeout_ms)
