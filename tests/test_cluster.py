@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -360,6 +361,50 @@ def test_a_waiter_listening_on_another_node_is_woken_by_the_message(
     assert backend.hub_node == hub_node  # no re-subscription happened meanwhile
 
 
+def test_a_waiter_listens_on_its_locks_node_and_is_woken_by_the_message_alone(
+    manager: LockManager, cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter's wake-up channel has its subscriber on the lock's own node (where the
+    release's PUBLISH runs: no cluster-bus hop, see docs/architecture.md, Cluster), and
+    the hand-off wakes it through that message: the waiter asks Redis once (it queues),
+    then never again (no fallback poll), and gets the lock."""
+    backend = manager.backend()
+    backend.hub().wait_ready()
+    default_node = backend.hub_node
+    assert default_node is not None
+    name = _name_off_node(manager, default_node, prefix)
+    keys = backend.keyspace.keys(name)
+    node = primary_of(manager, name)
+    backend.hub(keys.lock).wait_ready()  # so that the wait queues on a confirmed subscription
+    asks: dict[int, int] = {}
+    run = backend.run
+
+    def counted(call: Any) -> Any:
+        thread = threading.get_ident()
+        asks[thread] = asks.get(thread, 0) + 1
+        return run(call)
+
+    monkeypatch.setattr(backend, "run", counted)
+    holder = manager.lock(name)
+    holder.acquire()
+    woken: list[int] = []
+
+    def wait() -> None:
+        waiter = manager.lock(name)
+        if waiter.acquire(timeout=10):
+            woken.append(asks.get(threading.get_ident(), 0))
+            waiter.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: queued(manager, name), 5, "the waiter to queue")
+    (entry,) = backend.client.hvals(keys.waiters)
+    assert _listened_on(node, entry), "nobody listens on the lock's node"
+    holder.release()
+    thread.join(15)
+    assert woken == [1]  # the queueing acquire only: woken by the message, not a poll
+
+
 def test_an_async_waiter_on_another_node_is_woken_by_the_message(
     manager: LockManager, prefix: str
 ) -> None:
@@ -380,6 +425,57 @@ def test_an_async_waiter_on_another_node_is_woken_by_the_message(
         return woken - released
 
     assert asyncio.run(main()) < WOKEN_BY_MESSAGE
+
+
+def _listened_on(node: str, entry: bytes) -> bool:
+    """Whether the channel a queue *entry* names has a subscriber on *node* itself
+    (``PUBSUB NUMSUB`` counts a node's own subscribers)."""
+    host, port = node.rsplit(":", 1)
+    on_node = redis.Redis(host=host, port=int(port), socket_timeout=5)
+    channels = on_node.pubsub_channels()
+    return any(n and c in entry for c, n in on_node.pubsub_numsub(*channels))
+
+
+def test_an_async_waiter_listens_on_its_locks_node_and_is_woken_by_the_message_alone(
+    manager: LockManager, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the blocking test above, for an asyncio waiter woken by a release of
+    another thread (so through PUBLISH, not in the release's reply)."""
+    backend = manager.backend()
+    backend.hub().wait_ready()
+    assert backend.hub_node is not None
+    name = _name_off_node(manager, backend.hub_node, prefix)
+    keys = backend.keyspace.keys(name)
+    holder = manager.lock(name, owner=f"{prefix}holder")  # released by another thread
+    holder.acquire()
+    asks: list[Any] = []
+
+    async def main() -> int:
+        abackend = manager.source.abackend()
+        await abackend.run_many([])  # the client learns the slots
+        await abackend.hub(keys.lock.encode()).wait_ready()
+        run = abackend.run
+
+        async def counted(call: Any) -> Any:
+            asks.append(asyncio.current_task())
+            return await run(call)
+
+        async def wait() -> int:
+            waiter = manager.lock(name)
+            assert await waiter.aacquire(timeout=10)
+            sent = sum(1 for t in asks if t is asyncio.current_task())
+            await waiter.arelease()
+            return sent
+
+        monkeypatch.setattr(abackend, "run", counted)
+        task = asyncio.ensure_future(wait())
+        await _until_queued(manager, name)
+        (entry,) = backend.client.hvals(keys.waiters)
+        assert _listened_on(primary_of(manager, name), entry), "nobody listens on its node"
+        await asyncio.to_thread(holder.release)
+        return await task
+
+    assert asyncio.run(main()) == 1  # the queueing acquire only: no poll
 
 
 def test_the_hub_moves_to_another_node_after_a_broken_subscription(manager: LockManager) -> None:

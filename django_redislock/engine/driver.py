@@ -85,27 +85,32 @@ def acquire_sync(op: AcquireOp, backend: Backend) -> Attempt:
     with replica acknowledgements, which the flow handles from the start.
     """
     if op.replicas:
-        return run_sync(flows.acquire(op), backend)  # type: ignore[no-any-return]
-    ready, channel = _hub_ready(backend.hub()) if op.blocking else (False, b"")
+        return run_sync(flows.acquire(op), backend, op.keys[0])  # type: ignore[no-any-return]
+    key = op.keys[0]
+    ready, channel = _hub_ready(backend.hub(key)) if op.blocking else (False, b"")
     attempt = op.decode(call_sync(flows.first_call(op, channel), backend))
     if attempt.held:
         return attempt
-    return run_sync(flows.acquire(op, (ready, channel, attempt)), backend)  # type: ignore[no-any-return]
+    return run_sync(flows.acquire(op, (ready, channel, attempt)), backend, key)  # type: ignore[no-any-return]
 
 
 async def acquire_async(op: AcquireOp, backend: AsyncBackend) -> Attempt:
     """:func:`acquire_sync` for asyncio."""
     if op.replicas:
-        return await run_async(flows.acquire(op), backend)  # type: ignore[no-any-return]
-    ready, channel = _hub_ready(backend.hub()) if op.blocking else (False, b"")
+        return await run_async(flows.acquire(op), backend, op.keys[0])  # type: ignore[no-any-return]
+    key = op.keys[0]
+    ready, channel = _hub_ready(backend.hub(key)) if op.blocking else (False, b"")
     attempt = op.decode(await call_async(flows.first_call(op, channel), backend))
     if attempt.held:
         return attempt
-    return await run_async(flows.acquire(op, (ready, channel, attempt)), backend)  # type: ignore[no-any-return]
+    return await run_async(flows.acquire(op, (ready, channel, attempt)), backend, key)  # type: ignore[no-any-return]
 
 
-def run_sync(flow: Flow, backend: Backend) -> Any:
-    """Run *flow* to its end with blocking calls on *backend*; return its value."""
+def run_sync(flow: Flow, backend: Backend, key: bytes | None = None) -> Any:
+    """Run *flow* to its end with blocking calls on *backend*; return its value.
+
+    *key*: the lock key the flow waits on, if it does (the backend's hub for that
+    key: on a Cluster, the one subscribed on the key's node)."""
     hub: WakeHub | None = None
     waits: dict[str, Waiter] = {}
     reply: Any = None
@@ -124,7 +129,7 @@ def run_sync(flow: Flow, backend: Backend) -> Any:
                         _superseded(waits)
                     reply = run(effect)
                     continue
-                hub = hub or backend.hub()
+                hub = hub or backend.hub(key)
                 if type(effect) is Park:
                     reply = hub.wait(waits[effect.nonce], effect.seconds)
                 elif effect is SUBSCRIBE:
@@ -141,8 +146,9 @@ def run_sync(flow: Flow, backend: Backend) -> Any:
         flow.close()
 
 
-async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
-    """Run *flow* to its end on asyncio with *backend*; return its value."""
+async def run_async(flow: Flow, backend: AsyncBackend, key: bytes | None = None) -> Any:
+    """Run *flow* to its end on asyncio with *backend*; return its value (*key*: see
+    :func:`run_sync`)."""
     hub: AsyncWakeHub | None = None
     waits: dict[str, AsyncWaiter] = {}
     reply: Any = None
@@ -163,7 +169,7 @@ async def run_async(flow: Flow, backend: AsyncBackend) -> Any:
                         _superseded(waits)
                     reply = await backend.run(effect)
                     continue
-                hub = hub or backend.hub()
+                hub = hub or backend.hub(key)
                 if type(effect) is Park:
                     reply = await hub.wait(waits[effect.nonce], effect.seconds)
                 elif effect is SUBSCRIBE:

@@ -21,6 +21,7 @@ import logging
 import math
 from asyncio.events import _get_running_loop
 from collections.abc import Coroutine
+from functools import partial
 from time import monotonic
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -608,13 +609,16 @@ class Lock:
         backend = self._source.abackend()
         nonce = self._holds.release_nonce(owner, everything, new_nonce)
         # Waiters of this event loop's hub get a hand-off in the release's reply.
-        here = backend.local_channel() if prior is None else None
+        key = self._call_keys(backend)[0]
+        here = backend.local_channel(key) if prior is None else None
         call = self._release_call(backend, owner, nonce, everything, here=here)
         try:
             if prior is None:
                 reply = await call_async(call, backend)
-                # A hand-off to a waiter of this loop (see release_outcome).
-                remaining = int(reply) if here is None else release_outcome(reply, backend.hub)
+                # A hand-off to a waiter of this loop (see release_outcome), to the hub
+                # for this key (on a Cluster, its node's).
+                hub = partial(backend.hub, key)
+                remaining = int(reply) if here is None else release_outcome(reply, hub)
             else:
                 remaining = int(await at_once.after_prior_async(prior, call, self, backend))
         except asyncio.CancelledError:
@@ -634,7 +638,8 @@ class Lock:
     ) -> None:  # fmt: skip
         if prior is None:
             reply = await call_async(call, backend)
-            remaining = int(reply) if here is None else release_outcome(reply, backend.hub)
+            hub = partial(backend.hub, call.keys[0])
+            remaining = int(reply) if here is None else release_outcome(reply, hub)
         else:
             remaining = int(await at_once.after_prior_async(prior, call, self, backend))
         try:

@@ -741,7 +741,7 @@ class FakeBackend:
 
     run = _run
 
-    def hub(self) -> FakeHub:
+    def hub(self, key: bytes | str | None = None) -> FakeHub:
         self.hubs_asked += 1
         assert self._hub is not None, "this flow should not need the hub"
         return self._hub

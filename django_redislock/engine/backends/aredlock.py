@@ -195,13 +195,13 @@ class AsyncRedlockBackend(RedlockBase):
         per_master = list(await asyncio.gather(*(one(c) for c in self.clients)))
         return [self._snapshot(info) for info in self._merge(keys, per_master)]
 
-    def hub(self) -> AsyncWakeHub:
+    def hub(self, key: bytes | str | None = None) -> AsyncWakeHub:
         """The event loop's wake-up hub, subscribed on one master at a time."""
         if self._hub is None:
             self._hub = AsyncWakeHub(self._picker, self.keyspace.wake_prefix)
         return self._hub
 
-    def local_channel(self) -> bytes | None:
+    def local_channel(self, key: bytes | str | None = None) -> bytes | None:
         """None: a release on Redlock's masters pokes its waiters, it hands nothing over."""
         return None
 

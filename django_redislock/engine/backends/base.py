@@ -70,8 +70,9 @@ class Backend(Protocol):
     def server_config(self, pattern: str) -> dict[str, str]:
         """The server's ``CONFIG GET pattern`` (raises LockBackendError where refused)."""
 
-    def hub(self) -> WakeHub:
-        """This process's wake-up hub for this backend."""
+    def hub(self, key: bytes | str | None = None) -> WakeHub:
+        """This process's wake-up hub for this backend; *key*: for waits on that lock
+        key (a Cluster's hub for it listens on the key's own node)."""
 
     def connected_replicas(self) -> int:
         """How many replicas the primary reports connected (the fewest over its primaries
@@ -99,11 +100,12 @@ class AsyncBackend(Protocol):
     async def load(self, keys: Sequence[str], *, waiters: bool = False) -> list[LockInfo]:
         """Snapshots of the locks at *keys* (those that exist); see :meth:`Backend.load`."""
 
-    def hub(self) -> AsyncWakeHub:
-        """This event loop's wake-up hub for this backend."""
+    def hub(self, key: bytes | str | None = None) -> AsyncWakeHub:
+        """This event loop's wake-up hub for this backend (for waits on the lock *key*:
+        see :meth:`Backend.hub`)."""
 
-    def local_channel(self) -> bytes | None:
-        """The hub's channel while it has waiters (see
+    def local_channel(self, key: bytes | str | None = None) -> bytes | None:
+        """The channel of the hub for *key* while it has waiters (see
         :attr:`~..awakeup.AsyncWakeHub.local_channel`), else None; always None where a
         release does not hand the lock over in its own script (Redlock)."""
 
@@ -158,16 +160,16 @@ class AsyncBackendState(BackendState):
         """The clients :meth:`aclose` closes."""
         return [self.client]
 
-    def hub(self) -> AsyncWakeHub:
-        """The running event loop's wake-up hub for this backend."""
+    def hub(self, key: bytes | str | None = None) -> AsyncWakeHub:
+        """The running event loop's wake-up hub for this backend (whatever *key*)."""
         if self._hub is None:
             self._hub = AsyncWakeHub(
                 self._subscriber(), self.keyspace.wake_prefix, self._hub_on_script_server
             )
         return self._hub
 
-    def local_channel(self) -> bytes | None:
-        """The hub's channel while it has waiters, else None."""
+    def local_channel(self, key: bytes | str | None = None) -> bytes | None:
+        """The hub's channel while it has waiters, else None (whatever *key*)."""
         hub = self._hub
         return None if hub is None else hub.local_channel
 

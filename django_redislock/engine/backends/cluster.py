@@ -22,8 +22,15 @@ one slot and runs unchanged on a cluster. What differs from one Redis:
   ``"<slot>:<cursor>"``: the lowest slot of the primary being scanned (which
   survives a failover, unlike the node's address) and that node's SCAN cursor.
 * **Wake-ups.** A ``PUBLISH`` inside a script reaches subscribers on every node,
-  so the hub subscribes with a plain client on one node, chosen by
-  :class:`NodePicker`, and moves to the next node when its subscription breaks.
+  but one on another node only over the cluster bus, whose outgoing links Redis
+  (7.0 at least) leaves without ``TCP_NODELAY``: there a wake-up waited up to
+  ~40 ms (Nagle's algorithm meeting the receiving node's delayed ACK; p99 41 ms
+  across nodes against 0.16 ms on one, with plain redis-py clients:
+  ``benchmarks/diag_cluster_pubsub.py``). So a blocking wait listens on the
+  lock's own node (:meth:`ClusterBackend.hub` with the key: one hub, with its own
+  channel, per node this process waits on). A wait that names no lock uses the
+  hub on one node at a time, chosen by :class:`NodePicker`, which moves to the
+  next node when its subscription breaks.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from redis.exceptions import (
 )
 
 from ...exceptions import LockBackendError, ScriptingUnavailable
+from ..awakeup import AsyncWakeHub
 from ..calls import AmbiguousReply, Call, NotReplicated
 from ..identity import process_token
 from ..info import LockInfo
@@ -75,6 +83,8 @@ _RETRYABLE = (*_SLOT_ERRORS, ClusterDownError, SlotNotCoveredError)
 _ERRORS = (RedisError, RedisClusterException)
 #: After these, the client's slot map may be out of date (a resharding, a failover).
 _STALE_MAP = (MovedError, ConnectionError, TimeoutError)
+#: Lock keys whose node is remembered (see ``_Cluster._route``); all forgotten past it.
+_ROUTES_KEPT = 4096
 
 
 def _stale_cause(result: Any) -> bool:
@@ -171,6 +181,11 @@ class _Cluster(BackendState):
         self.retry_window = retry_window
         #: The per-node plain clients this backend made itself (asyncio only).
         self._clients: dict[str, Any] = {}
+        #: The wake-up hub on each node, by its name (asyncio only; see ``hub``).
+        self._node_hubs: dict[str, AsyncWakeHub] = {}
+        #: Lock key -> (node, its plain client), for the slot map in ``_routed``.
+        self._routes: dict[Any, tuple[Any, Any]] = {}
+        self._routed: Any = None
         self._picker = NodePicker(
             lambda: [(n.name, self._node_client(n)) for n in self._known_nodes()]
         )
@@ -186,6 +201,23 @@ class _Cluster(BackendState):
 
     def _node_for(self, key: Any) -> Any:
         return self.client.get_node_from_key(key)
+
+    def _route(self, key: Any) -> tuple[Any, Any]:
+        """(node, its plain client) of the lock *key*, as the client last learnt the
+        slots: remembered per key while the client's slot map is the same object (every
+        refresh makes a new one; a call that meets MOVED refreshes it), so that a lock
+        call does not hash its key and look up its node and client each time."""
+        slots = self.client.nodes_manager.slots_cache
+        if slots is not self._routed:
+            self._routes.clear()
+            self._routed = slots
+        route = self._routes.get(key)
+        if route is None:
+            if len(self._routes) >= _ROUTES_KEPT:
+                self._routes.clear()
+            node = self._node_for(key)
+            route = self._routes[key] = (node, self._node_client(node))
+        return route
 
     def _by_node(self, keys: Sequence[Any]) -> list[tuple[Any, list[int]]]:
         """The primaries of *keys*, each with the indices of its keys."""
@@ -295,7 +327,7 @@ class ClusterBackend(_Cluster):
         learnt it), or, *routed*, through RedisCluster, which follows redirects."""
         if routed and not call.replicas:
             return server.evalsha(self.client, call)
-        node_client = self._node_client(self._node_for(call.keys[0]))
+        node_client = self._route(call.keys[0])[1]
         if not call.replicas:
             return server.evalsha(node_client, call)
         results, acks = server.pipelined(node_client, [call], self.wait_timeout_ms)
@@ -389,9 +421,17 @@ class ClusterBackend(_Cluster):
         key (the nodes of a cluster are expected to share their configuration)."""
         return [server.scripting_refusal(self.client, self.keyspace)]
 
-    def hub(self) -> WakeHub:
-        """This process's wake-up hub, subscribed on one node (see :class:`NodePicker`)."""
-        return hub_for(self._picker, self.keyspace.wake_prefix)
+    def hub(self, key: bytes | str | None = None) -> WakeHub:
+        """This process's wake-up hub for waits on the lock *key*: subscribed on the
+        key's own node (as the client last learnt it), where the release's ``PUBLISH``
+        runs, so the wake-up never crosses the cluster bus (on Redis 7.0 that link
+        lacks ``TCP_NODELAY``: a message there can wait ~40 ms for a delayed ACK).
+        Each node's hub has its own channel. Without *key*: the hub on one node at
+        a time (see :class:`NodePicker`), for waits that name no lock."""
+        if key is None:
+            return hub_for(self._picker, self.keyspace.wake_prefix)
+        node, client = self._route(key)
+        return hub_for(client, f"{self.keyspace.wake_prefix}{node.name}:")
 
     @property
     def hub_node(self) -> str | None:
@@ -478,7 +518,7 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
         if routed and not call.replicas:
             return await server.aevalsha(self.client, call)
         await self._ready()
-        node_client = self._node_client(self._node_for(call.keys[0]))
+        node_client = self._route(call.keys[0])[1]
         if not call.replicas:
             return await server.aevalsha(node_client, call)
         results, acks = await server.apipelined(node_client, [call], self.wait_timeout_ms)
@@ -525,6 +565,42 @@ class AsyncClusterBackend(AsyncBackendState, _Cluster):
 
     #: The hub's node is any node, so a wake-up's count of receivers tells nothing.
     _hub_on_script_server = False
+
+    def _key_node(self, key: bytes | str | None) -> Any:
+        """The node of the lock *key* as the client knows it; None without a key or
+        before the client learnt the slots (its first command)."""
+        if key is None:
+            return None
+        try:
+            return self._node_for(key)
+        except (*_ERRORS, LookupError):
+            return None
+
+    def hub(self, key: bytes | str | None = None) -> AsyncWakeHub:
+        """The event loop's wake-up hub for waits on the lock *key*: on its node, as
+        :meth:`ClusterBackend.hub`; without a key (or before the client learnt the
+        slots), the one on one node at a time."""
+        node = self._key_node(key)
+        if node is None:
+            return super().hub()
+        hub = self._node_hubs.get(node.name)
+        if hub is None:
+            prefix = f"{self.keyspace.wake_prefix}{node.name}:"
+            hub = self._node_hubs[node.name] = AsyncWakeHub(self._node_client(node), prefix)
+        return hub
+
+    def local_channel(self, key: bytes | str | None = None) -> bytes | None:
+        """The channel of the hub for *key* while it has waiters, else None."""
+        node = self._key_node(key)
+        hub = self._hub if node is None else self._node_hubs.get(node.name)
+        return None if hub is None else hub.local_channel
+
+    async def aclose(self) -> None:
+        """Stop the hubs (each node's, then the default one) and close the connections."""
+        hubs, self._node_hubs = list(self._node_hubs.values()), {}
+        for hub in hubs:
+            await hub.aclose()
+        await super().aclose()
 
     def _subscriber(self) -> Any:
         """The hub subscribes on one node at a time (see :class:`NodePicker`)."""

@@ -453,7 +453,7 @@ class RedlockBackend(RedlockBase):
         """Each master's refusal to run scripts, or None (for the system checks)."""
         return [server.scripting_refusal(client, self.keyspace) for client in self.clients]
 
-    def hub(self) -> WakeHub:
+    def hub(self, key: bytes | str | None = None) -> WakeHub:
         """The wake-up hub: subscribed on one master at a time, the next after a break."""
         return hub_for(self._picker, self.keyspace.wake_prefix)
 

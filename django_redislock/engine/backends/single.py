@@ -131,7 +131,7 @@ class SingleBackend(_Single):
         """The server's refusal to run scripts, or None (see ``server.scripting_refusal``)."""
         return [server.scripting_refusal(self.client, self.keyspace)]
 
-    def hub(self) -> WakeHub:
+    def hub(self, key: bytes | str | None = None) -> WakeHub:
         """This process's wake-up hub for the client's connection pool."""
         return hub_for(self.client, self.keyspace.wake_prefix, on_script_server=True)
 
