@@ -102,8 +102,10 @@ def _libraries(port: int) -> dict[str, Callable[[str], Any]]:
         django.setup()
     from django_redislock import LockManager
 
+    manager = LockManager(url=f"redis://127.0.0.1:{port}/0")
+
     def ours(name: str) -> Any:
-        return LockManager(url=f"redis://127.0.0.1:{port}/0").lock(name, ttl=600, auto_renew=False)
+        return manager.lock(name, ttl=600, auto_renew=False)
 
     libs["django-redislock"] = ours
     return libs
@@ -146,9 +148,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--only", nargs="+", help="these libraries only (by the names printed)")
     args = parser.parse_args()
     probe, port = _server()
-    names = list(_libraries(port))
+    names = [n for n in _libraries(port) if not args.only or n in args.only]
     probe.terminate()
     results = []
     for n in args.n:
