@@ -78,7 +78,8 @@ def _client_of(kind: str) -> tuple[LockManager, Any]:
 def test_a_thousand_threads_take_one_lock_in_turn_on_a_default_pool(kind: str, name: str) -> None:
     manager, client = _client_of(kind)
     pool = client.connection_pool
-    assert pool.max_connections == 100  # redis-py 8's default, which ran out
+    # redis-py 8's default, which ran out (2**31 before 8: no limit, the gate's 64 then)
+    assert pool.max_connections in (100, 2**31)
     holders = Holders()
     start = threading.Barrier(WAITERS + 1)
     before = _connections()
@@ -121,7 +122,7 @@ def test_a_thousand_tasks_take_one_lock_in_turn_on_a_default_asyncio_pool(name: 
     async def main() -> tuple[int, int, list[BaseException], int]:
         client = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_timeout=10)
         made.append(client)
-        assert client.connection_pool.max_connections == 100
+        assert client.connection_pool.max_connections in (100, 2**31)  # (see above)
         manager = LockManager(async_client=client)
         now = most = done = 0
         errors: list[BaseException] = []

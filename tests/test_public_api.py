@@ -193,7 +193,10 @@ def test_the_package_reaches_into_no_private_part_of_redis_py_but_the_allowed() 
     found = package_reaches()
     unexplained = sorted({f"{m}:{line} {n}" for m, n, line in found if (m, n) not in ALLOWED})
     assert not unexplained, unexplained
-    unused = set(ALLOWED) - {(m, n) for m, n, _ in found}
+    # (an allowed name the installed redis-py does not have, such as ``_cache`` before
+    # redis-py 8, is not looked for: it is not a reach into this version)
+    private = redis_py_names()
+    unused = {a for a in ALLOWED if a[1] in private} - {(m, n) for m, n, _ in found}
     assert not unused, f"allowed reaches no longer made (drop them): {unused}"
 
 
