@@ -143,5 +143,9 @@ def test_holds_needing_more_renewals_than_the_ceiling_are_warned_of(
         metrics.disable()
     ceiling = [t for t in told if t["reason"] == "ceiling"]
     assert ceiling and ceiling[0]["ceiling"] == 50.0
-    assert ceiling[0]["held"] >= 10 and ceiling[0]["renewals_per_second"] >= 100 - 1e-6
+    # The watchdog may look while the ten are still being taken: it warns once the held
+    # ones need more than 50 a second, from the sixth (CI's newest cell met 7).
+    first = ceiling[0]
+    assert 6 <= first["held"] <= 10, first
+    assert first["renewals_per_second"] == pytest.approx(10 * first["held"]), first
     assert (registry.get_sample_value(*metric) or 0.0) >= before + 1
