@@ -392,7 +392,12 @@ class Watchdog:
                     lost += [e for e in group.expired(now) if self._remove(e)]
         # Those that waited for a backend free again go first.
         for backend_id in [b for b in self._waiting if b not in self._busy]:
-            waiting = [e for e in self._waiting.pop(backend_id).entries if e.active]
+            waiting = []
+            for e in self._waiting.pop(backend_id).entries:
+                if e.active:
+                    waiting.append(e)
+                else:
+                    self._remove(e)  # (see the heaps' loop below)
             if waiting:
                 batches[backend_id] = waiting
         later: list[WatchEntry] = []
@@ -401,8 +406,13 @@ class Watchdog:
             while heap and heap[0][0] <= horizon:
                 _, seq, entry = heappop(heap)
                 self._queued -= 1
-                if seq != entry.seq or not entry.active:
-                    continue  # released meanwhile
+                if seq != entry.seq:
+                    continue  # pushed again since: that item counts
+                if not entry.active:
+                    # Released meanwhile -- or unwatched by a collected Lock's callback
+                    # that could not take the lock (unwatch(wait=False)): forget it here.
+                    self._remove(entry)
+                    continue
                 if entry.lock_ref() is None:  # collected; its callback could not unwatch
                     self._remove(entry)
                 elif now >= entry.lost_at:
@@ -490,7 +500,10 @@ class Watchdog:
             for i, entry in enumerate(entries):
                 entry.in_flight = False
                 if not entry.active:
-                    continue  # released, or already declared lost, meanwhile
+                    # Released, or already declared lost, meanwhile -- or unwatched by a
+                    # collected Lock's callback that could not take the lock: forgotten.
+                    self._remove(entry)
+                    continue
                 result = failure if failure is not None else results[i]
                 if isinstance(result, BaseException):
                     if failure is None:
