@@ -216,11 +216,18 @@ def test_a_hand_off_to_a_waiter_whose_acquire_raised_is_not_monopolised(
     cutter.join(5)
     waiter_owner = via_proxy.lock(name).owner
     handoffs = [e for e in direct.history(name) if e.event == "handoff"]
-    assert [e.waiter for e in handoffs] == [waiter_owner], "Redis handed it to the waiter"
-    # The hand-off's short claim lease (2 s) may already have run out on a loaded machine:
-    # the lock is then free; else the waiter that never heard of it still holds it.
     info = direct.get(name)
-    assert info is None or info.owner == waiter_owner
+    if handoffs:
+        assert [e.waiter for e in handoffs] == [waiter_owner], "handed to another"
+        # The hand-off's short claim lease (2 s) may already have run out on a loaded
+        # machine: the lock is then free; else the waiter that never heard of it holds it.
+        assert info is None or info.owner == waiter_owner
+    else:
+        # Cutting the proxy closed the waiter's subscription too: when Redis saw that
+        # before the release ran, the release's PUBLISH reached nobody and it passed the
+        # waiter over (a confirmed subscription that is gone: scripts.WAKE_SURE), freeing
+        # the lock. (CI's middle cell met this order.)
+        assert info is None, "nobody handed it, yet it is held"
     proxy.set_down(False)
     with via_proxy.lock(name, timeout=5):
         pass
