@@ -55,12 +55,11 @@ class TcpProxy:
 
     def set_down(self, down: bool) -> None:
         """While down, cut every connection and refuse new ones."""
-        self.down = down
-        if down:
-            with self._lock:
-                conns, self._conns = self._conns, []
-            for conn in conns:
-                _close(conn)
+        with self._lock:  # with _accept's check: no connection made meanwhile survives
+            self.down = down
+            conns, self._conns = (self._conns, []) if down else ([], self._conns)
+        for conn in conns:
+            _close(conn)
 
     def blackhole(self, on: bool) -> None:
         """Swallow all traffic (without closing anything) while *on*."""
@@ -90,7 +89,13 @@ class TcpProxy:
             for sock in (client, upstream):  # as Redis and redis-py do: no Nagle delay
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
-                self._conns += [client, upstream]
+                down = self.down
+                if not down:
+                    self._conns += [client, upstream]
+            if down:  # cut while this one was being connected upstream
+                _close(client)
+                _close(upstream)
+                continue
             threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
 
