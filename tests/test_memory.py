@@ -10,6 +10,7 @@ from __future__ import annotations
 import redis
 
 from django_redislock import locks
+from tests.holding import wait_until
 
 
 def _names_in_slots(prefix: str, slots: set[str], count: int) -> list[str]:
@@ -75,3 +76,19 @@ def test_the_memory_released_names_leave_is_bounded_in_total(
     # A hash per name, as before this layout, took ~440 bytes each for a day; what moves
     # here is Redis's own (its tables and allocator: tens of kilobytes at times, once).
     assert used_after - used_before < 2000 * 50, used_after - used_before
+
+
+def test_a_loss_recorded_in_a_slot_whose_hash_is_gone_leaves_it_a_retention(
+    redis_client: redis.Redis, name: str
+) -> None:
+    """A holder's renewal that finds its hold gone writes a "lost" event; when the slot
+    hash had gone meanwhile (its retention ran out, or an operator deleted it), the
+    event's write must not create a hash that lives for ever."""
+    holder = locks.lock(name, owner="renewing holder", ttl=1)  # renewed every ~0.33 s
+    assert holder.acquire()
+    keys = locks.backend().keyspace.keys(name)
+    redis_client.delete(keys.lock, keys.slot)  # the hold and its slot's hash, both gone
+    wait_until(lambda: holder.lost, timeout=5)  # its next renewal finds it gone
+    wait_until(lambda: [e.event for e in locks.history(name)] == ["lost"], timeout=5)
+    retention_ms = locks.backend().retention_ms
+    assert 0 < redis_client.pttl(keys.slot) <= retention_ms

@@ -553,7 +553,13 @@ class Watchdog:
             chunk = entries[start : start + CHUNK]
             calls = [
                 # (the lock's key names the event in its slot's history)
-                Call(LOST_SCRIPT, (e.keys[1],), (e.owner, e.keys[0]), "record a lost lock", e.name)
+                Call(
+                    LOST_SCRIPT,
+                    (e.keys[1],),
+                    (e.owner, e.keys[0], e.backend.retention_arg),
+                    "record a lost lock",
+                    e.name,
+                )
                 for e in chunk
             ]
             try:

@@ -194,7 +194,9 @@ HISTORY_FRAGMENT = HISTORY_FRAGMENT.replace("HISTORY_MAX", str(HISTORY_MAX))
 
 # KEYS[1]: the slot hash; ARGV[1]: an owner whose renewal found its hold gone
 # (its lease ran out, or an operator released it), ARGV[2]: the lock's key: a "lost"
-# event in the history.
+# event in the history; ARGV[3]: the retention in ms, for a slot hash this event
+# creates (its retention ran out while the hold was renewed elsewhere): like every
+# other first write, it lives that long, not for ever.
 LOST = (
     r"""
 local F, L = KEYS[1], ARGV[2]
@@ -203,7 +205,9 @@ local F, L = KEYS[1], ARGV[2]
     + SPLIT_FRAGMENT
     + HISTORY_FRAGMENT
     + r"""
+local new = redis.call('EXISTS', F) == 0
 record({e = 'lost', o = ARGV[1]})
+if new then redis.call('PEXPIRE', F, ARGV[3]) end
 return 1
 """
 )
