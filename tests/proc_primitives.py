@@ -88,7 +88,8 @@ class Agent:
       ``prim`` ``lock`` / ``sem`` / ``read`` / ``write``, ``name``, and the options
       ``limit``, ``ttl``, ``auto_renew``, ``fair``, ``timeout``. Events ``waiting``,
       then ``acquired`` (``token``, ``t``, ``waited``) or ``failed``.
-    * ``release`` -- release hold ``id``; event ``released`` (``t``, ``left``).
+    * ``release`` -- release hold ``id``; event ``released`` (``t``, ``called``: when
+      ``release()`` was called, ``left``).
     * ``loop`` -- ``threads`` threads repeat acquire / critical section / release
       on ``name`` until the monotonic time ``until``, with the Redis-side checker
       under ``base``; event ``done`` with the counts.
@@ -151,8 +152,9 @@ class Agent:
 
     def release(self, cmd: dict[str, Any]) -> None:
         ident = cmd["id"]
+        called = time.monotonic()
         left = self.holds[ident].release()
-        self.say(ev="released", id=ident, t=time.monotonic(), left=left)
+        self.say(ev="released", id=ident, t=time.monotonic(), called=called, left=left)
 
     def loop(self, cmd: dict[str, Any]) -> None:
         from django_redislock import LockNotAcquired
